@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Installs everything loom needs to build and test, idempotently:
+#   - Debian packages (compilers, CMake, Ninja, Abseil, nlohmann/json, GoogleTest, Benchmark, ...)
+#   - Python test tools from PyPI into a virtual environment (default: build/venv).
+#
+# Usage: deploy/install-deps.sh [--venv DIR] [--golden] [--no-apt]
+#   --golden  also installs torch and transformers, needed only to regenerate the golden
+#             checkpoints and reference outputs (tests/golden/make_golden.py).
+#   --no-apt  skip the Debian packages (for machines where they are already present).
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="$root/build/venv"
+golden=0
+apt=1
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --venv) venv="$2"; shift 2 ;;
+    --golden) golden=1; shift ;;
+    --no-apt) apt=0; shift ;;
+    *) echo "unknown option: $1" >&2; exit 2 ;;
+  esac
+done
+
+apt_packages=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libabsl-dev nlohmann-json3-dev
+  libgtest-dev libgmock-dev googletest libbenchmark-dev
+  python3 python3-venv python3-pip
+)
+
+if [[ $apt -eq 1 ]]; then
+  missing=()
+  for pkg in "${apt_packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+  done
+  if [[ ${#missing[@]} -gt 0 ]]; then
+    echo "install-deps: installing Debian packages: ${missing[*]}"
+    sudo_cmd=()
+    [[ $(id -u) -ne 0 ]] && sudo_cmd=(sudo)
+    "${sudo_cmd[@]}" apt-get update -q
+    DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+  fi
+fi
+
+# Python test tools: external references the tests compare against.
+python_packages=(numpy safetensors)
+if [[ $golden -eq 1 ]]; then
+  python_packages+=(torch transformers)
+fi
+if [[ ! -x "$venv/bin/python" ]]; then
+  echo "install-deps: creating $venv"
+  python3 -m venv "$venv"
+fi
+if ! "$venv/bin/python" -c "import importlib, sys
+for name in sys.argv[1:]:
+    importlib.import_module(name)" "${python_packages[@]}" 2>/dev/null; then
+  echo "install-deps: installing Python packages: ${python_packages[*]}"
+  "$venv/bin/pip" install -q --disable-pip-version-check "${python_packages[@]}"
+fi
+echo "install-deps: done (venv: $venv)"

@@ -1,0 +1,47 @@
+// What the scheduler and server may know about the loaded model and the engine's capacity.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/api/ids.h"
+#include "kernels/common/dtype.h"
+
+namespace loom {
+
+struct ModelInfo {
+  // `architectures[0]` of config.json, e.g. "LlamaForCausalLM".
+  std::string architecture;
+  // The model folder's name, used as the model id when no other is configured.
+  std::string name;
+  int32_t vocab_size = 0;
+  // Longest sequence (prompt + output) the model supports: max_position_embeddings.
+  int32_t max_context_len = 0;
+  int32_t num_layers = 0;
+  int32_t hidden_size = 0;
+  int32_t num_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  // From config.json / generation_config.json; empty when unknown.
+  std::vector<TokenId> eos_token_ids;
+  TokenId bos_token_id{-1};
+  // Storage type of the checkpoint's weights (the most common one) and their total size.
+  DType weight_dtype = DType::kBF16;
+  int64_t num_parameters = 0;
+  int64_t weight_bytes = 0;
+};
+
+// The physical KV pool as the scheduler sees it: `num_blocks` blocks of `block_size` tokens.
+struct KvCapacity {
+  int32_t num_blocks = 0;
+  int32_t block_size = 0;
+  DType kv_dtype = DType::kBF16;
+  // Bytes of one block across all layers (K and V).
+  int64_t bytes_per_block = 0;
+  // Most tokens one step may compute, and most sequences one step may hold.
+  int32_t max_num_batched_tokens = 0;
+  int32_t max_num_seqs = 0;
+};
+
+}  // namespace loom

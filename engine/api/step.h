@@ -1,0 +1,114 @@
+// The step contract between the scheduler and the engine (shared/ARCHITECTURE.md §3).
+//
+// Each call of Executor::Execute runs one StepPlan: a ragged batch in which some sequences
+// compute a chunk of their prompt and others a single decode token. The scheduler owns logical
+// blocks and decides everything; the engine owns the physical KV pool and per-sequence token
+// state and only executes.
+//
+// Engine-side state of a sequence, from its first plan until it is named in `finished`:
+//   token_ids           prompt, then every token the engine sampled for it
+//   num_computed_tokens tokens whose K/V are in the cache
+//   block_table         physical blocks, in position order
+// A step computes positions [num_computed_tokens, num_computed_tokens + num_scheduled_tokens);
+// when that reaches the end of token_ids the sequence samples one token, which is appended to
+// token_ids and reported in the StepResult. A sequence that is preempted is named in `finished`
+// and later comes back as a new sequence carrying all its tokens.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "engine/api/ids.h"
+#include "engine/api/sampling_params.h"
+
+namespace loom {
+
+// A sequence the engine has not seen (a new request, or one resumed after preemption).
+struct NewSequencePlan {
+  SequenceId seq_id;
+  // The prompt, followed by tokens generated before a preemption.
+  std::vector<TokenId> token_ids;
+  // How many leading token_ids are prompt (penalties and prompt log-probabilities use it).
+  int32_t num_prompt_tokens = 0;
+  // Blocks holding positions [0, num_computed_tokens + num_scheduled_tokens), in order.
+  std::vector<BlockId> block_table;
+  // Leading tokens whose K/V are already in block_table (a prefix-cache hit); 0 otherwise.
+  int32_t num_computed_tokens = 0;
+  // Tokens to compute in this step; >= 1.
+  int32_t num_scheduled_tokens = 0;
+  SamplingParams sampling;
+};
+
+// A sequence the engine already holds: compute its next tokens.
+struct ContinuingSequencePlan {
+  SequenceId seq_id;
+  // Blocks appended to its block table before this step runs.
+  std::vector<BlockId> new_block_ids;
+  // Tokens to compute in this step: a prefill chunk, or 1 for a decode; >= 1.
+  int32_t num_scheduled_tokens = 0;
+};
+
+// Copy one block's K/V (all layers) to another before the step runs (copy-on-write).
+struct BlockCopy {
+  BlockId src;
+  BlockId dst;
+};
+
+struct StepPlan {
+  uint64_t step_id = 0;
+  // Sequences whose engine state is dropped before this step runs (finished, aborted or
+  // preempted). Their blocks are the scheduler's to reuse.
+  std::vector<SequenceId> finished;
+  std::vector<BlockCopy> block_copies;
+  std::vector<NewSequencePlan> new_sequences;
+  std::vector<ContinuingSequencePlan> continuing;
+};
+
+// A token with its log-probability (natural log, from the raw model distribution).
+struct TokenLogprob {
+  TokenId token_id;
+  float logprob = 0.0f;
+};
+
+// Log-probabilities reported at one position.
+struct PositionLogprobs {
+  // The token at (or sampled for) this position and its log-probability.
+  TokenLogprob token;
+  // Its rank in the distribution, 1 = most likely.
+  int32_t rank = 0;
+  // The most likely tokens, most likely first (SamplingParams::logprobs of them).
+  std::vector<TokenLogprob> top;
+};
+
+// What one sequence produced in a step.
+struct SequenceOutput {
+  SequenceId seq_id;
+  // The sampled token; absent (kNoToken) when the step only advanced a prefill chunk.
+  TokenId token_id{-1};
+  // Present when SamplingParams::logprobs >= 0 and a token was sampled.
+  std::vector<PositionLogprobs> logprobs;
+  // Present when SamplingParams::prompt_logprobs >= 0: one entry per prompt position computed
+  // in this step that has a successor in the prompt (position p scores token p + 1).
+  std::vector<PositionLogprobs> prompt_logprobs;
+  // Index of the first prompt position in prompt_logprobs.
+  int32_t prompt_logprobs_start = 0;
+
+  bool has_token() const { return token_id.value() >= 0; }
+};
+
+struct StepTimings {
+  double prepare_ms = 0;  // plan validation, metadata, block copies
+  double forward_ms = 0;  // the model
+  double sample_ms = 0;   // logits to tokens
+};
+
+struct StepResult {
+  uint64_t step_id = 0;
+  // One entry per sequence in the plan (new and continuing), in plan order: new sequences first.
+  std::vector<SequenceOutput> outputs;
+  int32_t num_tokens_computed = 0;
+  StepTimings timings;
+};
+
+}  // namespace loom

@@ -1,0 +1,60 @@
+// Arguments of the paged-attention and KV-cache kernels, shared by every implementation
+// (kernels/ref, kernels/cpu, kernels/cuda).
+//
+// KV cache layout, per layer:  k, v: [num_blocks, num_kv_heads, block_size, head_dim]
+// A token at position p of a sequence lives in block block_table[p / block_size], slot
+// p % block_size. A batch is ragged: sequence s owns query rows [query_start[s],
+// query_start[s + 1]), which are its last (query_start[s + 1] - query_start[s]) positions, ending
+// at position seq_lens[s] - 1.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/common/dtype.h"
+
+namespace loom {
+
+struct PagedKvView {
+  void* k = nullptr;
+  void* v = nullptr;
+  DType dtype = DType::kBF16;  // kF32, kBF16 or kF16
+  int32_t num_blocks = 0;
+  int32_t num_kv_heads = 0;
+  int32_t block_size = 0;
+  int32_t head_dim = 0;
+
+  // Elements between consecutive blocks / heads / slots.
+  int64_t block_stride() const { return int64_t{num_kv_heads} * block_size * head_dim; }
+  int64_t head_stride() const { return int64_t{block_size} * head_dim; }
+};
+
+// Writes K/V rows into the cache: row t goes to slot slot_mapping[t] = block * block_size + offset.
+// A negative slot skips the row.
+struct KvWriteArgs {
+  const float* k = nullptr;  // [num_tokens, num_kv_heads, head_dim], row stride k_stride
+  const float* v = nullptr;  // [num_tokens, num_kv_heads, head_dim], row stride v_stride
+  int64_t k_stride = 0;
+  int64_t v_stride = 0;
+  int32_t num_tokens = 0;
+  const int32_t* slot_mapping = nullptr;  // [num_tokens]
+  PagedKvView cache;
+};
+
+struct PagedAttentionArgs {
+  const float* q = nullptr;  // [num_tokens, num_heads, head_dim], row stride q_stride
+  int64_t q_stride = 0;
+  float* out = nullptr;  // [num_tokens, num_heads, head_dim], row stride out_stride
+  int64_t out_stride = 0;
+  int32_t num_heads = 0;  // a multiple of cache.num_kv_heads (GQA groups)
+  PagedKvView cache;
+  int32_t num_seqs = 0;
+  const int32_t* query_start = nullptr;   // [num_seqs + 1]
+  const int32_t* seq_lens = nullptr;      // [num_seqs]
+  const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
+  int32_t max_blocks_per_seq = 0;
+  float scale = 1.0f;  // multiplies q.k before the softmax
+  // 0: full causal attention. w > 0: a query at position p sees keys at (p - w, p].
+  int32_t sliding_window = 0;
+};
+
+}  // namespace loom

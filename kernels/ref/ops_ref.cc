@@ -1,0 +1,137 @@
+#include "kernels/ref/ops_ref.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace loom::ref {
+
+void Embedding(const int32_t* token_ids, int32_t num_tokens, const void* table, DType table_dtype,
+               int32_t dim, float* out) {
+  for (int32_t t = 0; t < num_tokens; ++t) {
+    const size_t row = static_cast<size_t>(token_ids[t]) * dim;
+    for (int32_t i = 0; i < dim; ++i) out[int64_t{t} * dim + i] = LoadAsF32(table, table_dtype, row + i);
+  }
+}
+
+void RmsNorm(const float* x, int64_t x_stride, int32_t num_rows, int32_t dim, const void* weight,
+             DType weight_dtype, float eps, float* out, int64_t out_stride) {
+  for (int32_t r = 0; r < num_rows; ++r) {
+    const float* xr = x + r * x_stride;
+    float sum_sq = 0.0f;
+    for (int32_t i = 0; i < dim; ++i) sum_sq += xr[i] * xr[i];
+    const float inv_rms = 1.0f / std::sqrt(sum_sq / static_cast<float>(dim) + eps);
+    float* outr = out + r * out_stride;
+    for (int32_t i = 0; i < dim; ++i) {
+      outr[i] = xr[i] * inv_rms * LoadAsF32(weight, weight_dtype, i);
+    }
+  }
+}
+
+void AddRmsNorm(float* residual, const float* delta, int32_t num_rows, int32_t dim,
+                const void* weight, DType weight_dtype, float eps, float* out) {
+  for (int64_t i = 0; i < int64_t{num_rows} * dim; ++i) residual[i] += delta[i];
+  RmsNorm(residual, dim, num_rows, dim, weight, weight_dtype, eps, out, dim);
+}
+
+void Rope(float* x, int64_t x_stride, int32_t num_tokens, int32_t num_heads, int32_t head_dim,
+          int32_t rotary_dim, const int32_t* positions, const float* cos_table,
+          const float* sin_table) {
+  const int32_t half = rotary_dim / 2;
+  for (int32_t t = 0; t < num_tokens; ++t) {
+    const float* c = cos_table + int64_t{positions[t]} * half;
+    const float* s = sin_table + int64_t{positions[t]} * half;
+    for (int32_t h = 0; h < num_heads; ++h) {
+      float* xh = x + t * x_stride + int64_t{h} * head_dim;
+      for (int32_t i = 0; i < half; ++i) {
+        const float a = xh[i];
+        const float b = xh[i + half];
+        xh[i] = a * c[i] - b * s[i];
+        xh[i + half] = b * c[i] + a * s[i];
+      }
+    }
+  }
+}
+
+void SiluMul(const float* gate, int64_t gate_stride, const float* up, int64_t up_stride,
+             int32_t num_rows, int32_t dim, float* out, int64_t out_stride) {
+  for (int32_t r = 0; r < num_rows; ++r) {
+    for (int32_t i = 0; i < dim; ++i) {
+      const float g = gate[r * gate_stride + i];
+      out[r * out_stride + i] = g / (1.0f + std::exp(-g)) * up[r * up_stride + i];
+    }
+  }
+}
+
+void WriteKv(const KvWriteArgs& args) {
+  const PagedKvView& cache = args.cache;
+  const int32_t row_len = cache.num_kv_heads * cache.head_dim;
+  for (int32_t t = 0; t < args.num_tokens; ++t) {
+    const int32_t slot = args.slot_mapping[t];
+    if (slot < 0) continue;
+    const int32_t block = slot / cache.block_size;
+    const int32_t offset = slot % cache.block_size;
+    for (int32_t i = 0; i < row_len; ++i) {
+      const int32_t head = i / cache.head_dim;
+      const int32_t d = i % cache.head_dim;
+      const size_t index = static_cast<size_t>(block) * cache.block_stride() +
+                           static_cast<size_t>(head) * cache.head_stride() +
+                           static_cast<size_t>(offset) * cache.head_dim + d;
+      StoreFromF32(cache.k, cache.dtype, index, args.k[t * args.k_stride + i]);
+      StoreFromF32(cache.v, cache.dtype, index, args.v[t * args.v_stride + i]);
+    }
+  }
+}
+
+void PagedAttention(const PagedAttentionArgs& args) {
+  const PagedKvView& cache = args.cache;
+  const int32_t head_dim = cache.head_dim;
+  const int32_t group = args.num_heads / cache.num_kv_heads;
+  std::vector<float> scores;
+  for (int32_t s = 0; s < args.num_seqs; ++s) {
+    const int32_t q_begin = args.query_start[s];
+    const int32_t q_end = args.query_start[s + 1];
+    const int32_t seq_len = args.seq_lens[s];
+    const int32_t* blocks = args.block_tables + int64_t{s} * args.max_blocks_per_seq;
+    auto kv_index = [&](int32_t pos, int32_t kv_head, int32_t d) {
+      const int32_t block = blocks[pos / cache.block_size];
+      return static_cast<size_t>(block) * cache.block_stride() +
+             static_cast<size_t>(kv_head) * cache.head_stride() +
+             static_cast<size_t>(pos % cache.block_size) * head_dim + d;
+    };
+    for (int32_t t = q_begin; t < q_end; ++t) {
+      const int32_t pos = seq_len - (q_end - t);
+      const int32_t first = args.sliding_window > 0 ? std::max(0, pos - args.sliding_window + 1) : 0;
+      for (int32_t h = 0; h < args.num_heads; ++h) {
+        const int32_t kv_head = h / group;
+        const float* q = args.q + t * args.q_stride + int64_t{h} * head_dim;
+        scores.assign(pos + 1 - first, 0.0f);
+        float max_score = -std::numeric_limits<float>::infinity();
+        for (int32_t j = first; j <= pos; ++j) {
+          float dot = 0.0f;
+          for (int32_t d = 0; d < head_dim; ++d) {
+            dot += q[d] * LoadAsF32(cache.k, cache.dtype, kv_index(j, kv_head, d));
+          }
+          scores[j - first] = dot * args.scale;
+          max_score = std::max(max_score, scores[j - first]);
+        }
+        float denom = 0.0f;
+        for (float& score : scores) {
+          score = std::exp(score - max_score);
+          denom += score;
+        }
+        float* out = args.out + t * args.out_stride + int64_t{h} * head_dim;
+        for (int32_t d = 0; d < head_dim; ++d) {
+          float acc = 0.0f;
+          for (int32_t j = first; j <= pos; ++j) {
+            acc += scores[j - first] * LoadAsF32(cache.v, cache.dtype, kv_index(j, kv_head, d));
+          }
+          out[d] = acc / denom;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace loom::ref

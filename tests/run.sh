@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The single test command: installs dependencies, configures, builds and runs every test.
+#
+#   tests/run.sh            CPU release build + all tests; with nvcc present, also the CUDA
+#                           preset (compile and link; `gpu` tests skip without a device)
+#   LOOM_TEST_SANITIZE=1    additionally build the ASan/UBSan preset and run its tests
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+jobs="${LOOM_BUILD_JOBS:-$(nproc)}"
+
+deploy/install-deps.sh
+export LOOM_PYTHON="$root/build/venv/bin/python"
+export CCACHE_DIR="${CCACHE_DIR:-$root/build/ccache}"
+
+run_preset() {
+  local preset="$1"
+  echo "=== $preset: configure"
+  cmake --preset "$preset" -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DLOOM_PYTHON="$LOOM_PYTHON"
+  echo "=== $preset: build"
+  cmake --build --preset "$preset" -j "$jobs"
+  echo "=== $preset: test"
+  ctest --preset "$preset" -j "$jobs"
+}
+
+run_preset cpu-release
+if [[ "${LOOM_TEST_SANITIZE:-0}" == "1" ]]; then
+  run_preset cpu-debug
+fi
+if command -v nvcc >/dev/null 2>&1; then
+  run_preset cuda-release
+else
+  echo "=== nvcc not found: skipping the CUDA build"
+fi
+echo "=== all tests passed"
