@@ -20,6 +20,8 @@ namespace strings_internal {
 inline void Append(std::string& out, std::string_view piece) { out.append(piece); }
 inline void Append(std::string& out, const char* piece) { out.append(piece ? piece : "(null)"); }
 inline void Append(std::string& out, const std::string& piece) { out.append(piece); }
+// Abseil's own string_view (absl::Status::message() returns one).
+inline void Append(std::string& out, absl::string_view piece) { out.append(piece.data(), piece.size()); }
 inline void Append(std::string& out, char c) { out.push_back(c); }
 inline void Append(std::string& out, bool b) { out.append(b ? "true" : "false"); }
 

@@ -55,7 +55,15 @@ void ThreadPool::ParallelFor(int64_t num_items, Task task) {
   generation_.notify_all();
   task(0, num_items / num_threads_, 0);
   const int num_workers = num_threads_ - 1;
-  while (num_done_.load(std::memory_order_acquire) != num_workers) CpuRelax();
+  // Spin while the workers finish; yield the core now and then in case a worker waits for it
+  // (more runnable threads than cores).
+  for (int spins = 1; num_done_.load(std::memory_order_acquire) != num_workers; ++spins) {
+    if (spins % 1024 == 0) {
+      std::this_thread::yield();
+    } else {
+      CpuRelax();
+    }
+  }
   task_ = nullptr;
 }
 
@@ -69,6 +77,8 @@ void ThreadPool::WorkerLoop(int thread_index) {
     while (current == seen) {
       if (++spins % 64 == 0 && std::chrono::steady_clock::now() > spin_until) {
         generation_.wait(seen, std::memory_order_acquire);
+      } else if (spins % 1024 == 0) {
+        std::this_thread::yield();
       } else {
         CpuRelax();
       }

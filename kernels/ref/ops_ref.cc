@@ -36,12 +36,11 @@ void AddRmsNorm(float* residual, const float* delta, int32_t num_rows, int32_t d
 }
 
 void Rope(float* x, int64_t x_stride, int32_t num_tokens, int32_t num_heads, int32_t head_dim,
-          int32_t rotary_dim, const int32_t* positions, const float* cos_table,
-          const float* sin_table) {
+          int32_t rotary_dim, const float* cos, const float* sin) {
   const int32_t half = rotary_dim / 2;
   for (int32_t t = 0; t < num_tokens; ++t) {
-    const float* c = cos_table + int64_t{positions[t]} * half;
-    const float* s = sin_table + int64_t{positions[t]} * half;
+    const float* c = cos + int64_t{t} * half;
+    const float* s = sin + int64_t{t} * half;
     for (int32_t h = 0; h < num_heads; ++h) {
       float* xh = x + t * x_stride + int64_t{h} * head_dim;
       for (int32_t i = 0; i < half; ++i) {

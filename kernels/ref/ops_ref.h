@@ -26,14 +26,13 @@ void AddRmsNorm(float* residual, const float* delta, int32_t num_rows, int32_t d
                 const void* weight, DType weight_dtype, float eps, float* out);
 
 // Rotary position embedding in the "rotate half" layout of Hugging Face Llama checkpoints, in
-// place on x: [num_tokens, num_heads, head_dim] with row stride x_stride. For each head and
-// i < rotary_dim / 2, with c = cos_table[pos, i] and s = sin_table[pos, i]:
+// place on x: [num_tokens, num_heads, head_dim] with row stride x_stride. For each token t, head
+// and i < rotary_dim / 2, with c = cos[t, i] and s = sin[t, i] (the angles of t's position):
 //   x'[i]                = x[i] * c - x[i + rotary_dim / 2] * s
 //   x'[i + rotary_dim/2] = x[i + rotary_dim / 2] * c + x[i] * s
-// Dimensions past rotary_dim are left alone. Tables: [max_position, rotary_dim / 2].
+// Dimensions past rotary_dim are left alone. cos, sin: [num_tokens, rotary_dim / 2].
 void Rope(float* x, int64_t x_stride, int32_t num_tokens, int32_t num_heads, int32_t head_dim,
-          int32_t rotary_dim, const int32_t* positions, const float* cos_table,
-          const float* sin_table);
+          int32_t rotary_dim, const float* cos, const float* sin);
 
 // out[t, i] = silu(gate[t, i]) * up[t, i], silu(g) = g / (1 + exp(-g)). Row strides given.
 void SiluMul(const float* gate, int64_t gate_stride, const float* up, int64_t up_stride,

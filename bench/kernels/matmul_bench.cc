@@ -1,0 +1,318 @@
+// CPU matmul against its rooflines (Google Benchmark).
+//
+//   BM_ReadRoofline  DRAM read bandwidth with 1 or 8 concurrent streams per thread: the GEMV roof
+//   BM_Gemv          m = 1 on one 1.1B-shaped weight; GB/s = weight bytes / time
+//   BM_GemvSweep     m = 1..8 over a model's worth (> 1 GiB) of weights, layer after layer as a
+//                    decode step runs them (q/k/v and gate/up as groups), so caches cannot help
+//   BM_Gemm          m in {16, 64, 128, 512} on the same shapes; GFLOP/s = 2 m n k / time, per
+//                    precision where it matters (AMX)
+//   BM_PathCrossover GEMV and GEMM paths forced at m = 1..16: where MatmulGemvMaxM comes from
+//
+// Shapes are the 1.1B (TinyLlama) linear layers: q/o 2048×2048, k/v 256×2048, gate/up 5632×2048,
+// down 2048×5632. Counters are computed from wall time (the pool's threads do the work), so the
+// JSON output (--benchmark_format=json) carries "GB/s" or "GFLOP/s" directly. The instruction
+// set follows LOOM_CPU_ISA like the engine; the context line names the CPU and the level used.
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/common/dtype.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace loom::cpu {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct LayerShape {
+  const char* name;
+  int64_t n;
+  int64_t k;
+};
+constexpr LayerShape kShapes[] = {
+    {"q_o", 2048, 2048}, {"k_v", 256, 2048}, {"gate_up", 5632, 2048}, {"down", 2048, 5632}};
+constexpr DType kDTypes[] = {DType::kBF16, DType::kF16, DType::kF32};
+
+ThreadPool& Pool(int num_threads) {
+  static ThreadPool* pools[3] = {nullptr, new ThreadPool(1), new ThreadPool(2)};
+  return *pools[num_threads];
+}
+
+// A 64-byte aligned, zero-initialised allocation that is not repacked or touched by the timing.
+class Buffer {
+ public:
+  explicit Buffer(size_t bytes)
+      : data_(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64))),
+        bytes_(bytes) {
+    std::memset(data_, 0, (bytes + 63) / 64 * 64);
+  }
+  ~Buffer() { std::free(data_); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  uint8_t* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  uint8_t* data_;
+  size_t bytes_;
+};
+
+// Weights like a checkpoint's: small values, stored in `dtype` (filled by a cheap generator).
+void FillWeights(Buffer& buffer, DType dtype, uint32_t seed) {
+  std::minstd_rand rng(seed);
+  const size_t count = buffer.bytes() / DTypeSize(dtype);
+  for (size_t i = 0; i < count; ++i) {
+    const float v = (static_cast<float>(rng() % 2001) - 1000.0f) * 2e-5f;
+    StoreFromF32(buffer.data(), dtype, i, v);
+  }
+}
+
+std::vector<float> RandomX(int64_t m, int64_t k) {
+  std::mt19937 rng(42);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(m * k));
+  for (float& v : x) v = dist(rng);
+  return x;
+}
+
+double Seconds(Clock::time_point begin, Clock::time_point end) {
+  return std::chrono::duration<double>(end - begin).count();
+}
+
+void Check(benchmark::State& state, MatmulStatus status) {
+  if (status != MatmulStatus::kOk) state.SkipWithError(std::string(MatmulStatusName(status)).c_str());
+}
+
+// Sums a 1 GiB buffer; each thread splits its half into `streams` equal parts read side by side.
+void BM_ReadRoofline(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  const int64_t streams = state.range(1);
+  static Buffer buffer(size_t{1} << 30);
+  const int64_t words = static_cast<int64_t>(buffer.bytes() / 8);
+  const auto* data = reinterpret_cast<const uint64_t*>(buffer.data());
+  uint64_t sink[2] = {};
+  const auto begin = Clock::now();
+  for (auto _ : state) {
+    Pool(threads).ParallelFor(threads, [&](int64_t t, int64_t, int) {
+      const int64_t slice = words / threads / streams / 8 * 8;
+      const uint64_t* base = data + t * (words / threads);
+      uint64_t sum = 0;
+      for (int64_t i = 0; i < slice; i += 8) {
+        for (int64_t s = 0; s < streams; ++s) {
+          const uint64_t* p = base + s * slice + i;
+          sum += p[0] ^ p[1] ^ p[2] ^ p[3] ^ p[4] ^ p[5] ^ p[6] ^ p[7];
+        }
+      }
+      sink[t] += sum;
+    });
+  }
+  const double seconds = Seconds(begin, Clock::now());
+  benchmark::DoNotOptimize(sink);
+  state.counters["GB/s"] = static_cast<double>(buffer.bytes()) * state.iterations() / seconds / 1e9;
+  state.SetLabel("threads=" + std::to_string(threads) + " streams=" + std::to_string(streams));
+}
+BENCHMARK(BM_ReadRoofline)->ArgsProduct({{1, 2}, {1, 8}})->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// Args: dtype index, shape index, threads.
+void BM_Gemv(benchmark::State& state) {
+  const DType dtype = kDTypes[state.range(0)];
+  const LayerShape& shape = kShapes[state.range(1)];
+  const int threads = static_cast<int>(state.range(2));
+  Buffer weight(static_cast<size_t>(shape.n * shape.k) * DTypeSize(dtype));
+  FillWeights(weight, dtype, 1);
+  const std::vector<float> x = RandomX(1, shape.k);
+  std::vector<float> y(static_cast<size_t>(shape.n));
+  const MatmulInput in{x.data(), 1, shape.k, shape.k};
+  const MatmulProjection proj{weight.data(), dtype, shape.n, nullptr, y.data(), shape.n};
+  const auto begin = Clock::now();
+  for (auto _ : state) Check(state, Matmul(in, proj, Pool(threads), nullptr, 0));
+  const double seconds = Seconds(begin, Clock::now());
+  state.counters["GB/s"] = static_cast<double>(weight.bytes()) * state.iterations() / seconds / 1e9;
+  state.SetLabel(std::string(DTypeName(dtype)) + " " + shape.name + " threads=" +
+                 std::to_string(threads));
+}
+BENCHMARK(BM_Gemv)
+    ->ArgsProduct({{0, 1, 2}, {0, 1, 2, 3}, {1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// The weights of whole decoder layers, enough layers to exceed 1 GiB of the given dtype.
+struct ModelWeights {
+  static constexpr int64_t kHidden = 2048, kKv = 256, kFfn = 5632;
+  DType dtype;
+  int num_layers;
+  std::vector<Buffer*> q, k, v, o, gate, up, down;
+  size_t bytes = 0;
+
+  explicit ModelWeights(DType d) : dtype(d) {
+    const size_t layer_elems = 2 * kHidden * kHidden + 2 * kKv * kHidden + 3 * kFfn * kHidden;
+    num_layers = static_cast<int>((size_t{1} << 30) / (layer_elems * DTypeSize(d)) + 1);
+    uint32_t seed = 1;
+    auto make = [&](int64_t n, int64_t k) {
+      auto* b = new Buffer(static_cast<size_t>(n * k) * DTypeSize(d));
+      FillWeights(*b, d, seed++);
+      bytes += b->bytes();
+      return b;
+    };
+    for (int l = 0; l < num_layers; ++l) {
+      q.push_back(make(kHidden, kHidden));
+      k.push_back(make(kKv, kHidden));
+      v.push_back(make(kKv, kHidden));
+      o.push_back(make(kHidden, kHidden));
+      gate.push_back(make(kFfn, kHidden));
+      up.push_back(make(kFfn, kHidden));
+      down.push_back(make(kHidden, kFfn));
+    }
+  }
+};
+
+ModelWeights& Model(DType dtype) {
+  static ModelWeights* models[3] = {};
+  const int index = dtype == DType::kBF16 ? 0 : dtype == DType::kF16 ? 1 : 2;
+  if (models[index] == nullptr) models[index] = new ModelWeights(dtype);
+  return *models[index];
+}
+
+// One decode step's matmuls over all layers (attention and activations left out).
+MatmulStatus RunSweep(ModelWeights& w, int64_t m, const float* x_hidden, const float* x_ffn,
+                      float* y_qkv, float* y_ffn, float* y_out, ThreadPool& pool) {
+  constexpr int64_t kH = ModelWeights::kHidden, kKv = ModelWeights::kKv, kF = ModelWeights::kFfn;
+  const MatmulInput hidden{x_hidden, m, kH, kH};
+  const MatmulInput ffn{x_ffn, m, kF, kF};
+  MatmulStatus status = MatmulStatus::kOk;
+  for (int l = 0; l < w.num_layers && status == MatmulStatus::kOk; ++l) {
+    const MatmulProjection qkv[3] = {
+        {w.q[l]->data(), w.dtype, kH, nullptr, y_qkv, kH + 2 * kKv},
+        {w.k[l]->data(), w.dtype, kKv, nullptr, y_qkv + kH, kH + 2 * kKv},
+        {w.v[l]->data(), w.dtype, kKv, nullptr, y_qkv + kH + kKv, kH + 2 * kKv}};
+    const MatmulProjection gate_up[2] = {{w.gate[l]->data(), w.dtype, kF, nullptr, y_ffn, 2 * kF},
+                                         {w.up[l]->data(), w.dtype, kF, nullptr, y_ffn + kF, 2 * kF}};
+    const MatmulStatus statuses[4] = {
+        MatmulGroup(hidden, qkv, pool, nullptr, 0),
+        Matmul(hidden, {w.o[l]->data(), w.dtype, kH, nullptr, y_out, kH}, pool, nullptr, 0),
+        MatmulGroup(hidden, gate_up, pool, nullptr, 0),
+        Matmul(ffn, {w.down[l]->data(), w.dtype, kH, nullptr, y_out, kH}, pool, nullptr, 0)};
+    for (MatmulStatus s : statuses) status = s != MatmulStatus::kOk ? s : status;
+  }
+  return status;
+}
+
+// Args: dtype index, threads, m.
+void BM_GemvSweep(benchmark::State& state) {
+  const DType dtype = kDTypes[state.range(0)];
+  const int threads = static_cast<int>(state.range(1));
+  const int64_t m = state.range(2);
+  ModelWeights& w = Model(dtype);
+  const std::vector<float> x_hidden = RandomX(m, ModelWeights::kHidden);
+  const std::vector<float> x_ffn = RandomX(m, ModelWeights::kFfn);
+  std::vector<float> y_qkv(static_cast<size_t>(m * (ModelWeights::kHidden + 2 * ModelWeights::kKv)));
+  std::vector<float> y_ffn(static_cast<size_t>(m * 2 * ModelWeights::kFfn));
+  std::vector<float> y_out(static_cast<size_t>(m * ModelWeights::kHidden));
+  const auto begin = Clock::now();
+  for (auto _ : state) {
+    Check(state, RunSweep(w, m, x_hidden.data(), x_ffn.data(), y_qkv.data(), y_ffn.data(),
+                          y_out.data(), Pool(threads)));
+  }
+  const double seconds = Seconds(begin, Clock::now());
+  state.counters["GB/s"] = static_cast<double>(w.bytes) * state.iterations() / seconds / 1e9;
+  state.SetLabel(std::string(DTypeName(dtype)) + " " + std::to_string(w.num_layers) + " layers " +
+                 std::to_string(w.bytes >> 20) + " MiB m=" + std::to_string(m) +
+                 " threads=" + std::to_string(threads));
+}
+BENCHMARK(BM_GemvSweep)
+    ->ArgsProduct({{0, 1, 2}, {1, 2}, {1}})
+    ->Args({0, 2, 2})
+    ->Args({0, 2, 4})
+    ->Args({0, 2, 8})
+    ->UseRealTime()
+    ->MinTime(2.0)
+    ->Unit(benchmark::kMillisecond);
+
+// Args: dtype index, shape index, m, threads, precision (0 highest, 1 bf16).
+void BM_Gemm(benchmark::State& state) {
+  const DType dtype = kDTypes[state.range(0)];
+  const LayerShape& shape = kShapes[state.range(1)];
+  const int64_t m = state.range(2);
+  const int threads = static_cast<int>(state.range(3));
+  const MatmulOptions options{
+      .precision = state.range(4) == 0 ? MatmulPrecision::kHighest : MatmulPrecision::kBf16,
+      .path = MatmulPath::kGemm,
+      .isa = std::nullopt};
+  Buffer weight(static_cast<size_t>(shape.n * shape.k) * DTypeSize(dtype));
+  FillWeights(weight, dtype, 2);
+  const std::vector<float> x = RandomX(m, shape.k);
+  std::vector<float> y(static_cast<size_t>(m * shape.n));
+  std::vector<uint8_t> workspace(MatmulWorkspaceBytes(m, shape.k, threads, options));
+  const MatmulInput in{x.data(), m, shape.k, shape.k};
+  const MatmulProjection proj{weight.data(), dtype, shape.n, nullptr, y.data(), shape.n};
+  const auto begin = Clock::now();
+  for (auto _ : state) {
+    Check(state, Matmul(in, proj, Pool(threads), workspace.data(), workspace.size(), options));
+  }
+  const double seconds = Seconds(begin, Clock::now());
+  state.counters["GFLOP/s"] =
+      2.0 * static_cast<double>(m * shape.n * shape.k) * state.iterations() / seconds / 1e9;
+  state.SetLabel(std::string(DTypeName(dtype)) + " " + shape.name + " m=" + std::to_string(m) +
+                 " threads=" + std::to_string(threads) +
+                 (options.precision == MatmulPrecision::kHighest ? " highest" : " bf16"));
+}
+
+// Precision only changes the AMX path; elsewhere both would measure the same code.
+void GemmArgs(benchmark::internal::Benchmark* b) {
+  const bool amx = SelectedIsa() == Isa::kAmx;
+  for (int64_t precision : {0, 1}) {
+    if (precision == 1 && !amx) continue;
+    for (int64_t dtype : {0, 1, 2}) {
+      for (int64_t shape : {0, 1, 2, 3}) {
+        for (int64_t m : {16, 64, 128, 512}) {
+          for (int64_t threads : {1, 2}) b->Args({dtype, shape, m, threads, precision});
+        }
+      }
+    }
+  }
+}
+BENCHMARK(BM_Gemm)->Apply(GemmArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// Args: m, path (1 GEMV, 2 GEMM). bf16 2048×2048 on 2 threads.
+void BM_PathCrossover(benchmark::State& state) {
+  const int64_t m = state.range(0);
+  const MatmulOptions options{.path = static_cast<MatmulPath>(state.range(1)), .isa = std::nullopt};
+  const int64_t n = 2048, k = 2048;
+  Buffer weight(static_cast<size_t>(n * k) * 2);
+  FillWeights(weight, DType::kBF16, 3);
+  const std::vector<float> x = RandomX(m, k);
+  std::vector<float> y(static_cast<size_t>(m * n));
+  std::vector<uint8_t> workspace(MatmulWorkspaceBytes(m, k, 2, options));
+  const auto begin = Clock::now();
+  for (auto _ : state) {
+    Check(state, Matmul({x.data(), m, k, k}, {weight.data(), DType::kBF16, n, nullptr, y.data(), n},
+                        Pool(2), workspace.data(), workspace.size(), options));
+  }
+  const double seconds = Seconds(begin, Clock::now());
+  state.counters["GFLOP/s"] = 2.0 * static_cast<double>(m * n * k) * state.iterations() / seconds / 1e9;
+  state.SetLabel(std::string(options.path == MatmulPath::kGemv ? "gemv" : "gemm") +
+                 " m=" + std::to_string(m));
+}
+BENCHMARK(BM_PathCrossover)
+    ->ArgsProduct({{1, 2, 3, 4, 5, 6, 8, 12, 16}, {1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace loom::cpu
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  benchmark::AddCustomContext("cpu", loom::cpu::DescribeCpu());
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,110 @@
+#include "engine/backend/cpu_backend.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "engine/common/logging.h"
+#include "engine/common/strings.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/elementwise.h"
+
+namespace loom {
+
+CpuOps::CpuOps(int num_threads, cpu::MatmulPrecision precision) : pool_(num_threads) {
+  matmul_options_.precision = precision;
+}
+
+CpuOps::~CpuOps() { std::free(workspace_); }
+
+void* CpuOps::Workspace(size_t bytes) {
+  if (bytes <= workspace_bytes_) return workspace_;
+  std::free(workspace_);
+  const size_t rounded = (bytes + 4095) / 4096 * 4096;
+  workspace_ = std::aligned_alloc(64, rounded);
+  LOOM_CHECK(workspace_ != nullptr, "cannot allocate ", rounded, " bytes of CPU workspace");
+  workspace_bytes_ = rounded;
+  return workspace_;
+}
+
+void CpuOps::Embedding(const int32_t* token_ids, int32_t num_tokens, const WeightView& table,
+                       float* out) {
+  cpu::Embedding(pool_, token_ids, num_tokens, table.data, table.dtype,
+                 static_cast<int32_t>(table.cols), out);
+}
+
+void CpuOps::RmsNorm(const float* x, int64_t x_stride, int32_t num_rows, int32_t dim,
+                     const WeightView& weight, float eps, float* out, int64_t out_stride) {
+  cpu::RmsNorm(pool_, x, x_stride, num_rows, dim, weight.data, weight.dtype, eps, out, out_stride);
+}
+
+void CpuOps::AddRmsNorm(float* residual, const float* delta, int32_t num_rows, int32_t dim,
+                        const WeightView& weight, float eps, float* out) {
+  cpu::AddRmsNorm(pool_, residual, delta, num_rows, dim, weight.data, weight.dtype, eps, out);
+}
+
+void CpuOps::Add(float* residual, const float* delta, int64_t num_elements) {
+  cpu::Add(pool_, residual, delta, num_elements);
+}
+
+void CpuOps::Linear(const float* x, int64_t x_stride, int32_t num_rows,
+                    std::span<const LinearOutput> outputs) {
+  if (num_rows == 0 || outputs.empty()) return;
+  const int64_t k = outputs[0].weight->in_features();
+  cpu::MatmulProjection projections[8];
+  LOOM_CHECK(outputs.size() <= 8, "at most 8 projections share one input");
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const LinearWeight& w = *outputs[i].weight;
+    LOOM_CHECK(w.in_features() == k, "projections sharing an input differ in in_features");
+    projections[i] = {w.weight.data, w.weight.dtype, w.out_features(), w.bias, outputs[i].out,
+                      outputs[i].out_stride};
+  }
+  const cpu::MatmulInput input{x, num_rows, k, x_stride};
+  const size_t bytes = cpu::MatmulWorkspaceBytes(num_rows, k, pool_.num_threads(), matmul_options_);
+  void* workspace = bytes > 0 ? Workspace(bytes) : nullptr;
+  const cpu::MatmulStatus status =
+      cpu::MatmulGroup(input, std::span(projections, outputs.size()), pool_, workspace, bytes,
+                       matmul_options_);
+  LOOM_CHECK(status == cpu::MatmulStatus::kOk, "matmul failed: ", cpu::MatmulStatusName(status));
+}
+
+void CpuOps::Rope(float* x, int64_t x_stride, int32_t num_tokens, int32_t num_heads,
+                  int32_t head_dim, const float* cos, const float* sin) {
+  cpu::Rope(pool_, x, x_stride, num_tokens, num_heads, head_dim, head_dim, cos, sin);
+}
+
+void CpuOps::SiluMul(const float* gate, const float* up, int32_t num_rows, int32_t dim,
+                     float* out) {
+  cpu::SiluMul(pool_, gate, dim, up, dim, num_rows, dim, out, dim);
+}
+
+void CpuOps::WriteKv(const KvWriteArgs& args) { cpu::WriteKv(pool_, args); }
+
+void CpuOps::PagedAttention(const PagedAttentionArgs& args) {
+  const size_t bytes = cpu::PagedAttentionWorkspaceBytes(args, pool_.num_threads());
+  cpu::PagedAttention(pool_, args, Workspace(bytes));
+}
+
+CpuBackend::CpuBackend(const BackendOptions& options)
+    : ops_(options.num_threads, options.fast_bf16_matmul ? cpu::MatmulPrecision::kBf16
+                                                         : cpu::MatmulPrecision::kHighest) {}
+
+absl::StatusOr<DeviceBuffer> CpuBackend::Allocate(int64_t bytes) {
+  const size_t rounded = (static_cast<size_t>(bytes) + 63) / 64 * 64;
+  void* data = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  if (data == nullptr) {
+    return absl::ResourceExhaustedError(StrCat("cannot allocate ", bytes, " bytes of host memory"));
+  }
+  return DeviceBuffer(this, data, bytes);
+}
+
+void CpuBackend::Free(void* data, int64_t) { std::free(data); }
+
+void CpuBackend::CopyToDevice(void* device_dst, const void* host_src, int64_t bytes) {
+  std::memcpy(device_dst, host_src, static_cast<size_t>(bytes));
+}
+
+void CpuBackend::CopyToHost(void* host_dst, const void* device_src, int64_t bytes) {
+  std::memcpy(host_dst, device_src, static_cast<size_t>(bytes));
+}
+
+}  // namespace loom

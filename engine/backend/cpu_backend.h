@@ -1,0 +1,62 @@
+// The CPU backend: host memory, a thread pool, and the kernels of kernels/cpu behind Ops.
+#pragma once
+
+#include <memory>
+
+#include "engine/backend/backend.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace loom {
+
+class CpuOps final : public Ops {
+ public:
+  CpuOps(int num_threads, cpu::MatmulPrecision precision);
+  ~CpuOps() override;
+
+  cpu::ThreadPool& pool() { return pool_; }
+
+  void Embedding(const int32_t* token_ids, int32_t num_tokens, const WeightView& table,
+                 float* out) override;
+  void RmsNorm(const float* x, int64_t x_stride, int32_t num_rows, int32_t dim,
+               const WeightView& weight, float eps, float* out, int64_t out_stride) override;
+  void AddRmsNorm(float* residual, const float* delta, int32_t num_rows, int32_t dim,
+                  const WeightView& weight, float eps, float* out) override;
+  void Add(float* residual, const float* delta, int64_t num_elements) override;
+  void Linear(const float* x, int64_t x_stride, int32_t num_rows,
+              std::span<const LinearOutput> outputs) override;
+  void Rope(float* x, int64_t x_stride, int32_t num_tokens, int32_t num_heads, int32_t head_dim,
+            const float* cos, const float* sin) override;
+  void SiluMul(const float* gate, const float* up, int32_t num_rows, int32_t dim,
+               float* out) override;
+  void WriteKv(const KvWriteArgs& args) override;
+  void PagedAttention(const PagedAttentionArgs& args) override;
+
+ private:
+  // Scratch for matmul and attention, grown on demand (only while the largest step shape is
+  // first seen), 64-byte aligned.
+  void* Workspace(size_t bytes);
+
+  cpu::ThreadPool pool_;
+  cpu::MatmulOptions matmul_options_;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const BackendOptions& options);
+  std::string_view name() const override { return "cpu"; }
+  Ops& ops() override { return ops_; }
+  CpuOps& cpu_ops() { return ops_; }
+  absl::StatusOr<DeviceBuffer> Allocate(int64_t bytes) override;
+  void Free(void* data, int64_t bytes) override;
+  void CopyToDevice(void* device_dst, const void* host_src, int64_t bytes) override;
+  void CopyToHost(void* host_dst, const void* device_src, int64_t bytes) override;
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+
+ private:
+  CpuOps ops_;
+};
+
+}  // namespace loom

@@ -1,0 +1,78 @@
+// The explicit list of operations a model's forward pass is built from (shared/ARCHITECTURE.md
+// §4). Layers call only these; each backend (CPU here, CUDA when built) implements all of them
+// on its own memory. Activations are f32; weights keep their checkpoint dtype and are used in
+// place; shapes use named dims and every buffer is row-major with the given row stride.
+//
+// Thread safety: an Ops object is used by one thread at a time (the engine loop); the backend
+// may parallelise each call internally.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "kernels/common/attention_args.h"
+#include "kernels/common/dtype.h"
+
+namespace loom {
+
+// A tensor of the checkpoint, used in place: [rows, cols] row-major (1-D tensors: rows = 1).
+struct WeightView {
+  const void* data = nullptr;
+  DType dtype = DType::kBF16;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+// A linear layer's weight [out_features, in_features] and optional f32 bias [out_features].
+struct LinearWeight {
+  WeightView weight;
+  const float* bias = nullptr;
+
+  int64_t out_features() const { return weight.rows; }
+  int64_t in_features() const { return weight.cols; }
+};
+
+// One product of a Linear call: out[r, :] = x[r, :] . weight^T (+ bias).
+struct LinearOutput {
+  const LinearWeight* weight = nullptr;
+  float* out = nullptr;
+  int64_t out_stride = 0;
+};
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+
+  // out[t, :] = table[token_ids[t], :].  table: [vocab, dim]; out: [num_tokens, dim].
+  virtual void Embedding(const int32_t* token_ids, int32_t num_tokens, const WeightView& table,
+                         float* out) = 0;
+
+  // out[r, :] = x[r, :] / rms(x[r, :]) * weight; x, out: [num_rows, dim]. out may alias x.
+  virtual void RmsNorm(const float* x, int64_t x_stride, int32_t num_rows, int32_t dim,
+                       const WeightView& weight, float eps, float* out, int64_t out_stride) = 0;
+
+  // residual += delta; out = RmsNorm(residual). All [num_rows, dim], contiguous.
+  virtual void AddRmsNorm(float* residual, const float* delta, int32_t num_rows, int32_t dim,
+                          const WeightView& weight, float eps, float* out) = 0;
+
+  // residual += delta, [num_rows, dim] contiguous.
+  virtual void Add(float* residual, const float* delta, int64_t num_elements) = 0;
+
+  // Every output shares the input x: [num_rows, in_features].
+  virtual void Linear(const float* x, int64_t x_stride, int32_t num_rows,
+                      std::span<const LinearOutput> outputs) = 0;
+
+  // Rotary embedding in place on x: [num_tokens, num_heads, head_dim]; cos, sin:
+  // [num_tokens, head_dim / 2] (kernels/ref/ops_ref.h states the formula).
+  virtual void Rope(float* x, int64_t x_stride, int32_t num_tokens, int32_t num_heads,
+                    int32_t head_dim, const float* cos, const float* sin) = 0;
+
+  // out = silu(gate) * up, [num_rows, dim]; out may alias gate.
+  virtual void SiluMul(const float* gate, const float* up, int32_t num_rows, int32_t dim,
+                       float* out) = 0;
+
+  virtual void WriteKv(const KvWriteArgs& args) = 0;
+  virtual void PagedAttention(const PagedAttentionArgs& args) = 0;
+};
+
+}  // namespace loom

@@ -1,0 +1,68 @@
+// A Llama-family decoder on one backend: embedding, the layers, the final norm and the LM head,
+// over a ragged StepBatch and the paged KV pool.
+//
+//   residual = embed(tokens)
+//   per layer: normed = norm(residual (+= previous delta)); delta = attention(normed)
+//              normed = norm(residual += delta);             delta = mlp(normed)
+//   hidden = residual + delta;  logits(row) = lm_head(final_norm(hidden[row]))
+//
+// Activation buffers are allocated once, for the largest step (max_num_tokens) and the largest
+// number of logit rows produced at once (max_logit_rows). Thread safety: one caller (the engine
+// loop).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "absl/status/statusor.h"
+#include "engine/backend/backend.h"
+#include "engine/kv/kv_pool.h"
+#include "engine/layers/decoder_layer.h"
+#include "engine/layers/step_batch.h"
+#include "engine/models/decoder_weights.h"
+#include "engine/models/model_config.h"
+
+namespace loom {
+
+class DecoderModel {
+ public:
+  static absl::StatusOr<std::unique_ptr<DecoderModel>> Create(const ModelConfig& config,
+                                                              DecoderWeights weights,
+                                                              Backend& backend,
+                                                              int32_t max_num_tokens,
+                                                              int32_t max_logit_rows);
+
+  const ModelConfig& config() const { return config_; }
+  int32_t max_num_tokens() const { return max_num_tokens_; }
+  int32_t max_logit_rows() const { return max_logit_rows_; }
+
+  // Runs the embedding and every layer for the batch (writing its K/V into `kv`), leaving the
+  // final hidden state of every token for Logits. batch.num_tokens <= max_num_tokens.
+  void Forward(const StepBatch& batch, KvPool& kv);
+
+  // Logits of the given hidden rows of the last Forward, in the backend's memory:
+  // [rows.size(), vocab]. rows.size() <= max_logit_rows. Valid until the next call.
+  const float* Logits(std::span<const int32_t> rows);
+
+ private:
+  DecoderModel(const ModelConfig& config, DecoderWeights weights, Backend& backend,
+               int32_t max_num_tokens, int32_t max_logit_rows);
+  absl::Status Allocate();
+
+  ModelConfig config_;
+  DecoderWeights weights_;
+  Backend& backend_;
+  int32_t max_num_tokens_;
+  int32_t max_logit_rows_;
+  DeviceBuffer buffer_;
+  float* residual_ = nullptr;
+  float* normed_ = nullptr;
+  float* delta_ = nullptr;
+  LayerScratch scratch_;
+  float* logits_in_ = nullptr;  // [max_logit_rows, hidden]
+  float* logits_ = nullptr;     // [max_logit_rows, vocab]
+  int32_t num_tokens_ = 0;      // of the last Forward
+};
+
+}  // namespace loom

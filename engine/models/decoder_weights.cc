@@ -1,0 +1,121 @@
+#include "engine/models/decoder_weights.h"
+
+#include "engine/common/status.h"
+#include "engine/common/strings.h"
+
+namespace loom {
+namespace {
+
+std::string LayerName(int32_t layer, std::string_view suffix) {
+  return StrCat("model.layers.", layer, ".", suffix);
+}
+
+struct Shapes {
+  int64_t hidden, q_dim, kv_dim, intermediate, head_dim, vocab;
+};
+
+Shapes ShapesOf(const ModelConfig& c) {
+  return {c.hidden_size, c.q_dim(), c.kv_dim(), c.intermediate_size, c.head_dim, c.vocab_size};
+}
+
+void ExpectLinear(std::vector<ExpectedTensor>& out, const std::string& prefix, int64_t rows,
+                  int64_t cols, bool bias) {
+  out.push_back({prefix + ".weight", {rows, cols}, true});
+  if (bias) out.push_back({prefix + ".bias", {rows}, true});
+}
+
+WeightView View(const TensorInfo& t) {
+  WeightView view;
+  view.data = t.data;
+  view.dtype = t.dtype;
+  view.rows = t.shape.size() == 2 ? t.shape[0] : 1;
+  view.cols = t.shape.empty() ? 1 : t.shape.back();
+  return view;
+}
+
+class Binder {
+ public:
+  Binder(const Checkpoint& checkpoint, DecoderWeights& weights)
+      : checkpoint_(checkpoint), weights_(weights) {}
+
+  // Validation has run, so every required tensor exists with the expected shape.
+  WeightView Tensor(const std::string& name) { return View(*checkpoint_.Find(name)); }
+
+  LinearWeight Linear(const std::string& prefix, bool bias) {
+    LinearWeight linear;
+    linear.weight = Tensor(prefix + ".weight");
+    if (bias) {
+      const TensorInfo& t = *checkpoint_.Find(prefix + ".bias");
+      auto copy = std::make_unique<float[]>(t.NumElements());
+      for (int64_t i = 0; i < t.NumElements(); ++i) copy[i] = LoadAsF32(t.data, t.dtype, i);
+      linear.bias = copy.get();
+      weights_.bias_storage.push_back(std::move(copy));
+    }
+    return linear;
+  }
+
+ private:
+  const Checkpoint& checkpoint_;
+  DecoderWeights& weights_;
+};
+
+}  // namespace
+
+std::vector<ExpectedTensor> ExpectedDecoderTensors(const ModelConfig& c) {
+  const Shapes s = ShapesOf(c);
+  std::vector<ExpectedTensor> out;
+  out.push_back({"model.embed_tokens.weight", {s.vocab, s.hidden}, true});
+  for (int32_t i = 0; i < c.num_layers; ++i) {
+    out.push_back({LayerName(i, "input_layernorm.weight"), {s.hidden}, true});
+    ExpectLinear(out, LayerName(i, "self_attn.q_proj"), s.q_dim, s.hidden, c.qkv_bias);
+    ExpectLinear(out, LayerName(i, "self_attn.k_proj"), s.kv_dim, s.hidden, c.qkv_bias);
+    ExpectLinear(out, LayerName(i, "self_attn.v_proj"), s.kv_dim, s.hidden, c.qkv_bias);
+    ExpectLinear(out, LayerName(i, "self_attn.o_proj"), s.hidden, s.q_dim, c.o_proj_bias);
+    if (c.qk_norm) {
+      out.push_back({LayerName(i, "self_attn.q_norm.weight"), {s.head_dim}, true});
+      out.push_back({LayerName(i, "self_attn.k_norm.weight"), {s.head_dim}, true});
+    }
+    out.push_back({LayerName(i, "post_attention_layernorm.weight"), {s.hidden}, true});
+    ExpectLinear(out, LayerName(i, "mlp.gate_proj"), s.intermediate, s.hidden, c.mlp_bias);
+    ExpectLinear(out, LayerName(i, "mlp.up_proj"), s.intermediate, s.hidden, c.mlp_bias);
+    ExpectLinear(out, LayerName(i, "mlp.down_proj"), s.hidden, s.intermediate, c.mlp_bias);
+  }
+  out.push_back({"model.norm.weight", {s.hidden}, true});
+  // A tied checkpoint may still carry a copy of lm_head; it is checked but not used.
+  out.push_back({"lm_head.weight", {s.vocab, s.hidden}, !c.tie_word_embeddings});
+  return out;
+}
+
+absl::StatusOr<DecoderWeights> BindDecoderWeights(const ModelConfig& c,
+                                                  const Checkpoint& checkpoint,
+                                                  std::vector<std::string>* unexpected) {
+  const std::vector<ExpectedTensor> expected = ExpectedDecoderTensors(c);
+  LOOM_ASSIGN_OR_RETURN(std::vector<std::string> extra, ValidateCheckpoint(checkpoint, expected));
+  if (unexpected != nullptr) *unexpected = std::move(extra);
+
+  DecoderWeights w;
+  Binder bind(checkpoint, w);
+  w.embed_tokens = bind.Tensor("model.embed_tokens.weight");
+  w.layers.resize(c.num_layers);
+  for (int32_t i = 0; i < c.num_layers; ++i) {
+    DecoderLayerWeights& l = w.layers[i];
+    l.input_norm = bind.Tensor(LayerName(i, "input_layernorm.weight"));
+    l.q_proj = bind.Linear(LayerName(i, "self_attn.q_proj"), c.qkv_bias);
+    l.k_proj = bind.Linear(LayerName(i, "self_attn.k_proj"), c.qkv_bias);
+    l.v_proj = bind.Linear(LayerName(i, "self_attn.v_proj"), c.qkv_bias);
+    l.o_proj = bind.Linear(LayerName(i, "self_attn.o_proj"), c.o_proj_bias);
+    if (c.qk_norm) {
+      l.q_norm = bind.Tensor(LayerName(i, "self_attn.q_norm.weight"));
+      l.k_norm = bind.Tensor(LayerName(i, "self_attn.k_norm.weight"));
+    }
+    l.post_attention_norm = bind.Tensor(LayerName(i, "post_attention_layernorm.weight"));
+    l.gate_proj = bind.Linear(LayerName(i, "mlp.gate_proj"), c.mlp_bias);
+    l.up_proj = bind.Linear(LayerName(i, "mlp.up_proj"), c.mlp_bias);
+    l.down_proj = bind.Linear(LayerName(i, "mlp.down_proj"), c.mlp_bias);
+  }
+  w.final_norm = bind.Tensor("model.norm.weight");
+  w.lm_head.weight = c.tie_word_embeddings ? w.embed_tokens : bind.Tensor("lm_head.weight");
+  return w;
+}
+
+}  // namespace loom

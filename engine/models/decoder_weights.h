@@ -1,0 +1,52 @@
+// The weights of a Llama-family decoder, bound by Hugging Face tensor name to a checkpoint.
+//
+// Names (per layer i): model.embed_tokens.weight, model.layers.{i}.input_layernorm.weight,
+// model.layers.{i}.self_attn.{q,k,v,o}_proj.{weight,bias}, model.layers.{i}.self_attn.
+// {q,k}_norm.weight (Qwen3), model.layers.{i}.post_attention_layernorm.weight,
+// model.layers.{i}.mlp.{gate,up,down}_proj.{weight,bias}, model.norm.weight, lm_head.weight
+// (absent when tie_word_embeddings, which reuses the embedding).
+//
+// Matrices are used in place from the checkpoint's mapping in their stored dtype; biases (small)
+// are converted to f32 copies owned here. The Checkpoint must outlive the DecoderWeights.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/backend/ops.h"
+#include "engine/models/model_config.h"
+#include "engine/weights/checkpoint.h"
+#include "engine/weights/weight_spec.h"
+
+namespace loom {
+
+struct DecoderLayerWeights {
+  WeightView input_norm;
+  LinearWeight q_proj, k_proj, v_proj, o_proj;
+  WeightView q_norm, k_norm;  // qk_norm only
+  WeightView post_attention_norm;
+  LinearWeight gate_proj, up_proj, down_proj;
+};
+
+struct DecoderWeights {
+  WeightView embed_tokens;  // [vocab, hidden]
+  std::vector<DecoderLayerWeights> layers;
+  WeightView final_norm;
+  LinearWeight lm_head;  // the embedding when tied
+  // f32 copies of the bias tensors that LinearWeight::bias points into.
+  std::vector<std::unique_ptr<float[]>> bias_storage;
+};
+
+// What an architecture expects to find in its checkpoint, with exact shapes.
+std::vector<ExpectedTensor> ExpectedDecoderTensors(const ModelConfig& config);
+
+// Validates `checkpoint` against ExpectedDecoderTensors and binds every tensor. Tensors the
+// checkpoint has beyond them are appended to `unexpected` (the caller warns).
+absl::StatusOr<DecoderWeights> BindDecoderWeights(const ModelConfig& config,
+                                                  const Checkpoint& checkpoint,
+                                                  std::vector<std::string>* unexpected);
+
+}  // namespace loom

@@ -1,0 +1,33 @@
+#include "engine/common/status.h"
+#include "engine/common/strings.h"
+#include "engine/models/architecture.h"
+
+namespace loom {
+
+const std::vector<Architecture>& Architectures() {
+  static const std::vector<Architecture> kArchitectures = {
+      {"LlamaForCausalLM", &ParseLlamaConfig},
+      {"MistralForCausalLM", &ParseMistralConfig},
+      {"Qwen2ForCausalLM", &ParseQwen2Config},
+      {"Qwen3ForCausalLM", &ParseQwen3Config},
+  };
+  return kArchitectures;
+}
+
+absl::StatusOr<ModelConfig> ParseModelConfig(const Json& config) {
+  std::optional<Json> list = config.Find("architectures");
+  if (!list || !list->IsArray() || list->size() == 0) {
+    return absl::InvalidArgumentError(
+        "config.json: 'architectures' must be a non-empty list naming the model class");
+  }
+  LOOM_ASSIGN_OR_RETURN(const std::string name, (*list)[0].AsString());
+  std::string supported;
+  for (const Architecture& arch : Architectures()) {
+    if (arch.name == name) return arch.parse_config(config);
+    supported = StrCat(supported, supported.empty() ? "" : ", ", arch.name);
+  }
+  return absl::UnimplementedError(StrCat("config.json: architecture '", name,
+                                         "' is not supported (supported: ", supported, ")"));
+}
+
+}  // namespace loom

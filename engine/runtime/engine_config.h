@@ -1,0 +1,39 @@
+// How the engine is built: which model, which backend, how much KV cache, what a step may hold.
+// Plain data; the server fills it from configs/*.json, flags and LOOM_* variables.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "engine/backend/backend.h"
+#include "kernels/common/dtype.h"
+
+namespace loom {
+
+struct EngineConfig {
+  // A Hugging Face model folder (config.json, *.safetensors).
+  std::string model_dir;
+  BackendKind backend = BackendKind::kCpu;
+  // CPU worker threads; 0 = one per available core.
+  int num_threads = 0;
+  // KV cache element type: f32, bf16 or f16.
+  DType kv_dtype = DType::kBF16;
+  // Tokens per KV block.
+  int32_t block_size = 16;
+  // KV cache size: num_kv_blocks when > 0, else kv_cache_bytes.
+  int32_t num_kv_blocks = 0;
+  int64_t kv_cache_bytes = int64_t{1} << 30;
+  // Most tokens computed in one step (prefill chunks plus decodes) and most sequences in it.
+  int32_t max_num_batched_tokens = 2048;
+  int32_t max_num_seqs = 256;
+  // Longest sequence; 0 = the model's max_position_embeddings (never more than that).
+  int32_t max_context_len = 0;
+  // Logit rows computed per LM-head call (a step with more rows uses several calls).
+  int32_t max_logit_rows = 256;
+  // CPU prefill matmuls round activations to bf16 once instead of the f32-accurate default.
+  bool fast_bf16_matmul = false;
+  // Fault the weights into memory at load, so the first step is not slowed by page faults.
+  bool populate_weights = true;
+};
+
+}  // namespace loom

@@ -1,0 +1,141 @@
+// LocalExecutor::Create: from a model folder to a ready executor.
+#include <algorithm>
+#include <map>
+
+#include "engine/backend/cpu_backend.h"
+#include "engine/common/file.h"
+#include "engine/common/logging.h"
+#include "engine/common/status.h"
+#include "engine/common/strings.h"
+#include "engine/models/architecture.h"
+#include "engine/runtime/local_executor.h"
+
+namespace loom {
+namespace {
+
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir) {
+  LOOM_ASSIGN_OR_RETURN(const std::string text, ReadFile(dir + "/config.json", 16 << 20));
+  LOOM_ASSIGN_OR_RETURN(const Json json, Json::Parse(text, dir + "/config.json"));
+  LOOM_ASSIGN_OR_RETURN(ModelConfig config, ParseModelConfig(json));
+  const std::string generation = dir + "/generation_config.json";
+  if (FileExists(generation)) {
+    LOOM_ASSIGN_OR_RETURN(const std::string gen_text, ReadFile(generation, 16 << 20));
+    LOOM_ASSIGN_OR_RETURN(const Json gen_json, Json::Parse(gen_text, generation));
+    LOOM_RETURN_IF_ERROR(MergeGenerationConfig(gen_json, config));
+  }
+  return config;
+}
+
+absl::Status CheckEngineConfig(const EngineConfig& c) {
+  if (c.block_size < 1 || c.block_size > 1024) {
+    return absl::InvalidArgumentError(StrCat("block_size must be in [1, 1024], got ", c.block_size));
+  }
+  if (!IsFloatDType(c.kv_dtype)) {
+    return absl::InvalidArgumentError("kv cache dtype must be f32, bf16 or f16");
+  }
+  if (c.max_num_batched_tokens < 1 || c.max_num_seqs < 1 || c.max_logit_rows < 1) {
+    return absl::InvalidArgumentError(
+        "max_num_batched_tokens, max_num_seqs and max_logit_rows must be positive");
+  }
+  if (c.num_kv_blocks < 0 || c.kv_cache_bytes < 0 || c.max_context_len < 0 || c.num_threads < 0) {
+    return absl::InvalidArgumentError("KV cache size, context length and threads must be >= 0");
+  }
+  return absl::OkStatus();
+}
+
+ModelInfo MakeModelInfo(const EngineConfig& engine, const ModelConfig& m, const Checkpoint& ckpt) {
+  ModelInfo info;
+  info.architecture = m.architecture;
+  info.name = std::string(BaseName(engine.model_dir));
+  info.vocab_size = m.vocab_size;
+  info.max_context_len = engine.max_context_len > 0
+                             ? std::min(engine.max_context_len, m.max_position_embeddings)
+                             : m.max_position_embeddings;
+  info.num_layers = m.num_layers;
+  info.hidden_size = m.hidden_size;
+  info.num_heads = m.num_heads;
+  info.num_kv_heads = m.num_kv_heads;
+  info.head_dim = m.head_dim;
+  info.eos_token_ids = m.eos_token_ids;
+  info.bos_token_id = m.bos_token_id;
+  std::map<DType, int64_t> bytes_by_dtype;
+  for (const TensorInfo* t : ckpt.tensors()) bytes_by_dtype[t->dtype] += t->num_bytes;
+  int64_t most = -1;
+  for (const auto& [dtype, bytes] : bytes_by_dtype) {
+    if (bytes > most) {
+      most = bytes;
+      info.weight_dtype = dtype;
+    }
+  }
+  info.num_parameters = ckpt.num_parameters();
+  info.weight_bytes = ckpt.total_bytes();
+  return info;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(const EngineConfig& config) {
+  LOOM_RETURN_IF_ERROR(CheckEngineConfig(config));
+  std::unique_ptr<LocalExecutor> ex(new LocalExecutor());
+  ex->config_ = config;
+  LOOM_ASSIGN_OR_RETURN(ModelConfig model_config, LoadModelConfig(config.model_dir));
+  MapOptions map_options;
+  map_options.populate = config.populate_weights;
+  LOOM_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::Open(config.model_dir, map_options));
+  ex->checkpoint_ = std::make_unique<Checkpoint>(std::move(checkpoint));
+  std::vector<std::string> unexpected;
+  LOOM_ASSIGN_OR_RETURN(DecoderWeights weights,
+                        BindDecoderWeights(model_config, *ex->checkpoint_, &unexpected));
+  if (!unexpected.empty()) {
+    LOOM_LOG(kWarning, config.model_dir, ": ignoring ", unexpected.size(),
+             " tensors the architecture does not use, e.g. ", unexpected.front());
+  }
+  ex->info_ = MakeModelInfo(config, model_config, *ex->checkpoint_);
+
+  BackendOptions backend_options;
+  backend_options.kind = config.backend;
+  backend_options.num_threads = config.num_threads;
+  backend_options.fast_bf16_matmul = config.fast_bf16_matmul;
+  LOOM_ASSIGN_OR_RETURN(ex->backend_, CreateBackend(backend_options));
+  if (auto* cpu = dynamic_cast<CpuBackend*>(ex->backend_.get())) {
+    ex->host_pool_ = &cpu->cpu_ops().pool();
+  } else {
+    ex->own_pool_ = std::make_unique<cpu::ThreadPool>(config.num_threads);
+    ex->host_pool_ = ex->own_pool_.get();
+  }
+  ex->sampler_scratch_.resize(ex->host_pool_->num_threads());
+
+  const int32_t max_tokens = config.max_num_batched_tokens;
+  LOOM_ASSIGN_OR_RETURN(ex->model_, DecoderModel::Create(model_config, std::move(weights),
+                                                         *ex->backend_, max_tokens,
+                                                         std::min(config.max_logit_rows, max_tokens)));
+  ex->rope_ = std::make_unique<RopeTable>(model_config.rope, model_config.head_dim);
+
+  KvPoolShape shape;
+  shape.num_layers = model_config.num_layers;
+  shape.num_kv_heads = model_config.num_kv_heads;
+  shape.head_dim = model_config.head_dim;
+  shape.block_size = config.block_size;
+  shape.dtype = config.kv_dtype;
+  int64_t num_blocks = config.num_kv_blocks;
+  if (num_blocks == 0) num_blocks = config.kv_cache_bytes / shape.BytesPerBlock();
+  // More blocks than max_num_seqs full-length sequences could use is wasted memory.
+  const int64_t blocks_per_seq = (ex->info_.max_context_len + config.block_size - 1) / config.block_size;
+  num_blocks = std::min(num_blocks, blocks_per_seq * config.max_num_seqs);
+  if (num_blocks < 1) {
+    return absl::InvalidArgumentError(StrCat("KV cache of ", config.kv_cache_bytes,
+                                             " bytes holds no block of ", shape.BytesPerBlock(),
+                                             " bytes"));
+  }
+  LOOM_ASSIGN_OR_RETURN(ex->kv_, KvPool::Create(shape, static_cast<int32_t>(num_blocks)));
+
+  ex->capacity_.num_blocks = static_cast<int32_t>(num_blocks);
+  ex->capacity_.block_size = config.block_size;
+  ex->capacity_.kv_dtype = config.kv_dtype;
+  ex->capacity_.bytes_per_block = shape.BytesPerBlock();
+  ex->capacity_.max_num_batched_tokens = max_tokens;
+  ex->capacity_.max_num_seqs = config.max_num_seqs;
+  return ex;
+}
+
+}  // namespace loom

@@ -1,0 +1,115 @@
+// The in-process Executor: one model on one backend with its KV pool, running StepPlans
+// (shared/ARCHITECTURE.md §3). It keeps each sequence's engine-side state (tokens, block table,
+// computed count, sampling parameters) between steps, checks every plan against that state
+// before changing anything, runs the forward pass over the ragged batch, and samples.
+//
+// Thread safety: Execute is called by one thread (the engine loop).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/node_hash_map.h"
+#include "absl/status/statusor.h"
+#include "engine/api/executor.h"
+#include "engine/backend/backend.h"
+#include "engine/kv/kv_pool.h"
+#include "engine/layers/rope_table.h"
+#include "engine/models/decoder_model.h"
+#include "engine/runtime/engine_config.h"
+#include "engine/sampling/sampler.h"
+#include "engine/weights/checkpoint.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace loom {
+
+class LocalExecutor final : public Executor {
+ public:
+  // Loads the model of config.model_dir (config.json, generation_config.json when present, the
+  // safetensors checkpoint), validates it, and sizes the KV pool.
+  static absl::StatusOr<std::unique_ptr<LocalExecutor>> Create(const EngineConfig& config);
+  ~LocalExecutor() override;
+
+  absl::StatusOr<StepResult> Execute(const StepPlan& plan) override;
+  const ModelInfo& model_info() const override { return info_; }
+  const KvCapacity& capacity() const override { return capacity_; }
+
+  const ModelConfig& model_config() const { return model_->config(); }
+  int num_threads() const { return host_pool_->num_threads(); }
+  // Number of sequences the engine currently holds state for.
+  size_t num_sequences() const { return sequences_.size(); }
+
+  // Called, on the engine loop's thread, with the raw logits of every row a step computes (the
+  // sampled position, and prompt positions when prompt_logprobs is requested) before they are
+  // processed. For diagnostics and golden tests; empty by default.
+  using LogitsObserver =
+      std::function<void(SequenceId seq_id, int32_t position, std::span<const float> logits)>;
+  void SetLogitsObserver(LogitsObserver observer) { logits_observer_ = std::move(observer); }
+
+ private:
+  struct Sequence {
+    std::vector<TokenId> token_ids;
+    int32_t num_prompt_tokens = 0;
+    std::vector<int32_t> block_table;
+    int32_t num_computed_tokens = 0;
+    SamplingParams sampling;
+  };
+  // One sequence's part of the step.
+  struct Entry {
+    SequenceId seq_id;
+    Sequence* seq = nullptr;
+    int32_t num_scheduled = 0;
+    int32_t first_row = 0;
+  };
+  // A row whose logits the step needs: to sample (prompt_position < 0) or to score the prompt
+  // token after `prompt_position`.
+  struct LogitRequest {
+    int32_t entry = 0;
+    int32_t row = 0;
+    int32_t prompt_position = -1;
+  };
+
+  LocalExecutor() = default;
+  absl::Status Validate(const StepPlan& plan) const;
+  absl::Status ValidateNew(const NewSequencePlan& plan) const;
+  absl::Status ValidateBlocks(SequenceId id, const std::vector<int32_t>& existing,
+                              const std::vector<BlockId>& added, int32_t num_tokens) const;
+  void Apply(const StepPlan& plan);
+  // Fills the step's host-side inputs and copies them to the backend.
+  StepBatch BuildBatch();
+  void CollectLogitRequests();
+  void RunLogitRequests(std::vector<SequenceOutput>& outputs);
+  void ProcessLogitRow(const LogitRequest& request, float* logits, SamplerScratch& scratch,
+                       SequenceOutput& output);
+
+  EngineConfig config_;
+  ModelInfo info_;
+  KvCapacity capacity_;
+  std::unique_ptr<Checkpoint> checkpoint_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<DecoderModel> model_;
+  std::unique_ptr<KvPool> kv_;
+  std::unique_ptr<RopeTable> rope_;
+  // Threads for sampling: the CPU backend's pool, or an own one for other backends.
+  std::unique_ptr<cpu::ThreadPool> own_pool_;
+  cpu::ThreadPool* host_pool_ = nullptr;
+  std::vector<SamplerScratch> sampler_scratch_;  // one per host thread
+  // node_hash_map: step entries keep pointers to sequences across insertions.
+  absl::node_hash_map<SequenceId, Sequence> sequences_;
+  LogitsObserver logits_observer_;
+
+  // Per-step staging, reused across steps.
+  std::vector<Entry> entries_;
+  std::vector<LogitRequest> logit_requests_;
+  std::vector<int32_t> token_ids_, positions_, slots_, query_start_, seq_lens_, block_tables_;
+  std::vector<float> rope_cos_, rope_sin_;
+  std::vector<float> host_logits_;
+  std::vector<int32_t> logit_rows_;
+  DeviceBuffer device_inputs_;
+};
+
+}  // namespace loom

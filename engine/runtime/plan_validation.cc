@@ -1,0 +1,114 @@
+// LocalExecutor::Validate: every check a plan must pass before the executor changes any state,
+// so that a rejected plan leaves every sequence exactly as it was.
+#include "absl/container/flat_hash_set.h"
+#include "engine/common/status.h"
+#include "engine/common/strings.h"
+#include "engine/runtime/local_executor.h"
+
+namespace loom {
+namespace {
+
+absl::Status Bad(std::string_view message) {
+  return absl::InvalidArgumentError(StrCat("step plan: ", message));
+}
+
+int32_t BlocksFor(int32_t num_tokens, int32_t block_size) {
+  return (num_tokens + block_size - 1) / block_size;
+}
+
+}  // namespace
+
+absl::Status LocalExecutor::ValidateBlocks(SequenceId id, const std::vector<int32_t>& existing,
+                                           const std::vector<BlockId>& added,
+                                           int32_t num_tokens) const {
+  for (BlockId block : added) {
+    if (block.value() < 0 || block.value() >= capacity_.num_blocks) {
+      return Bad(StrCat("sequence ", id, " names block ", block, " outside [0, ",
+                        capacity_.num_blocks, ")"));
+    }
+  }
+  const int64_t have = static_cast<int64_t>(existing.size() + added.size());
+  if (have < BlocksFor(num_tokens, capacity_.block_size)) {
+    return Bad(StrCat("sequence ", id, " has ", have, " blocks for ", num_tokens, " tokens"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LocalExecutor::ValidateNew(const NewSequencePlan& p) const {
+  const int32_t len = static_cast<int32_t>(p.token_ids.size());
+  if (len == 0) return Bad(StrCat("new sequence ", p.seq_id, " has no tokens"));
+  for (TokenId token : p.token_ids) {
+    if (token.value() < 0 || token.value() >= info_.vocab_size) {
+      return Bad(StrCat("sequence ", p.seq_id, " has token ", token, " outside the vocabulary"));
+    }
+  }
+  if (p.num_prompt_tokens < 1 || p.num_prompt_tokens > len) {
+    return Bad(StrCat("sequence ", p.seq_id, " has num_prompt_tokens ", p.num_prompt_tokens,
+                      " for ", len, " tokens"));
+  }
+  if (p.num_computed_tokens < 0 || p.num_scheduled_tokens < 1 ||
+      p.num_computed_tokens + p.num_scheduled_tokens > len) {
+    return Bad(StrCat("sequence ", p.seq_id, " schedules ", p.num_scheduled_tokens,
+                      " tokens after ", p.num_computed_tokens, " of ", len));
+  }
+  if (len > info_.max_context_len) {
+    return Bad(StrCat("sequence ", p.seq_id, " has ", len, " tokens, more than the context of ",
+                      info_.max_context_len));
+  }
+  absl::Status params = ValidateSamplingParams(p.sampling, info_.vocab_size);
+  if (!params.ok()) return Bad(StrCat("sequence ", p.seq_id, ": ", params.message()));
+  return ValidateBlocks(p.seq_id, {}, p.block_table, p.num_computed_tokens + p.num_scheduled_tokens);
+}
+
+absl::Status LocalExecutor::Validate(const StepPlan& plan) const {
+  absl::flat_hash_set<SequenceId> finished, seen;
+  for (SequenceId id : plan.finished) {
+    if (!sequences_.contains(id)) return Bad(StrCat("finished sequence ", id, " is unknown"));
+    if (!finished.insert(id).second) return Bad(StrCat("sequence ", id, " finished twice"));
+  }
+  for (const BlockCopy& copy : plan.block_copies) {
+    if (copy.src.value() < 0 || copy.src.value() >= capacity_.num_blocks ||
+        copy.dst.value() < 0 || copy.dst.value() >= capacity_.num_blocks) {
+      return Bad(StrCat("block copy ", copy.src, " -> ", copy.dst, " is out of range"));
+    }
+  }
+  int64_t num_tokens = 0;
+  for (const NewSequencePlan& p : plan.new_sequences) {
+    if (!seen.insert(p.seq_id).second) return Bad(StrCat("sequence ", p.seq_id, " appears twice"));
+    if (sequences_.contains(p.seq_id) && !finished.contains(p.seq_id)) {
+      return Bad(StrCat("new sequence ", p.seq_id, " already exists"));
+    }
+    LOOM_RETURN_IF_ERROR(ValidateNew(p));
+    num_tokens += p.num_scheduled_tokens;
+  }
+  for (const ContinuingSequencePlan& p : plan.continuing) {
+    if (!seen.insert(p.seq_id).second) return Bad(StrCat("sequence ", p.seq_id, " appears twice"));
+    auto it = sequences_.find(p.seq_id);
+    if (it == sequences_.end() || finished.contains(p.seq_id)) {
+      return Bad(StrCat("continuing sequence ", p.seq_id, " is unknown"));
+    }
+    const Sequence& seq = it->second;
+    const int64_t end = int64_t{seq.num_computed_tokens} + p.num_scheduled_tokens;
+    if (p.num_scheduled_tokens < 1 || end > static_cast<int64_t>(seq.token_ids.size())) {
+      return Bad(StrCat("sequence ", p.seq_id, " schedules ", p.num_scheduled_tokens,
+                        " tokens after ", seq.num_computed_tokens, " of ", seq.token_ids.size()));
+    }
+    if (end > info_.max_context_len) {
+      return Bad(StrCat("sequence ", p.seq_id, " would reach ", end,
+                        " tokens, more than the context of ", info_.max_context_len));
+    }
+    LOOM_RETURN_IF_ERROR(
+        ValidateBlocks(p.seq_id, seq.block_table, p.new_block_ids, static_cast<int32_t>(end)));
+    num_tokens += p.num_scheduled_tokens;
+  }
+  if (num_tokens > capacity_.max_num_batched_tokens) {
+    return Bad(StrCat(num_tokens, " tokens exceed the step budget of ",
+                      capacity_.max_num_batched_tokens));
+  }
+  if (static_cast<int64_t>(seen.size()) > capacity_.max_num_seqs) {
+    return Bad(StrCat(seen.size(), " sequences exceed the step limit of ", capacity_.max_num_seqs));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace loom

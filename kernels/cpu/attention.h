@@ -1,0 +1,46 @@
+// CPU paged attention over a ragged batch (contract: kernels/common/attention_args.h; math:
+// kernels/ref/ops_ref.h PagedAttention).
+//
+// Work is split into items of (sequence, KV head, tile of query rows); an item handles every
+// query head of its GQA group, so each K/V block it reads from the cache is converted to f32
+// once and reused by all of the group's heads and rows. K is transposed on conversion
+// ([head_dim, block_size]) so scores for a run of keys are plain FMAs with a broadcast query
+// element, and the softmax is the online (flash) form, so nothing of size sequence length is
+// materialised. Threads take items from a shared counter (causal tiles differ in cost).
+// Bytes moved per item: its sequence's visible K/V blocks once.
+#pragma once
+
+#include <cstddef>
+
+#include "kernels/common/attention_args.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace loom::cpu {
+
+// Bytes of scratch PagedAttention needs for these arguments on `num_threads` threads.
+size_t PagedAttentionWorkspaceBytes(const PagedAttentionArgs& args, int num_threads);
+
+// `workspace` must hold PagedAttentionWorkspaceBytes(args, pool.num_threads()) bytes, aligned
+// to 64 bytes. `isa` picks the implementation (tests pass each level; below kAvx2 the
+// reference runs).
+void PagedAttention(ThreadPool& pool, const PagedAttentionArgs& args, void* workspace,
+                    Isa isa = SelectedIsa());
+
+// One item, per instruction set (attention_avx2.cc, attention_avx512.cc). `scratch` is this
+// thread's part of the workspace (ItemScratchFloats floats).
+struct AttentionItem {
+  int32_t seq = 0;
+  int32_t kv_head = 0;
+  int32_t row_begin = 0;  // query rows [row_begin, row_end) of the batch
+  int32_t row_end = 0;
+};
+size_t ItemScratchFloats(const PagedAttentionArgs& args, int32_t rows_per_item);
+namespace avx2 {
+void AttentionItemKernel(const PagedAttentionArgs& args, const AttentionItem& item, float* scratch);
+}
+namespace avx512 {
+void AttentionItemKernel(const PagedAttentionArgs& args, const AttentionItem& item, float* scratch);
+}
+
+}  // namespace loom::cpu

@@ -1,0 +1,126 @@
+#include "kernels/cpu/elementwise.h"
+
+#include <cstring>
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/ref/ops_ref.h"
+
+namespace loom::cpu {
+namespace {
+
+bool UseAvx2() { return SelectedIsa() >= Isa::kAvx2; }
+
+// Rows go to threads only when there is enough work per row set to amortise a parallel region
+// (a few microseconds); small decode batches run on the calling thread.
+constexpr int64_t kMinElementsPerThread = 16 * 1024;
+
+template <typename RowFn>
+void ForEachRow(ThreadPool& pool, int32_t num_rows, int64_t elements_per_row, RowFn fn) {
+  if (num_rows == 0) return;
+  if (num_rows < 2 || int64_t{num_rows} * elements_per_row < 2 * kMinElementsPerThread) {
+    for (int32_t r = 0; r < num_rows; ++r) fn(r);
+    return;
+  }
+  pool.ParallelFor(num_rows, [&](int64_t begin, int64_t end, int) {
+    for (int64_t r = begin; r < end; ++r) fn(static_cast<int32_t>(r));
+  });
+}
+
+}  // namespace
+
+void Embedding(ThreadPool& pool, const int32_t* token_ids, int32_t num_tokens, const void* table,
+               DType table_dtype, int32_t dim, float* out) {
+  if (!UseAvx2()) return ref::Embedding(token_ids, num_tokens, table, table_dtype, dim, out);
+  const size_t row_bytes = static_cast<size_t>(dim) * DTypeSize(table_dtype);
+  ForEachRow(pool, num_tokens, dim, [&](int32_t t) {
+    const char* row = static_cast<const char*>(table) + static_cast<size_t>(token_ids[t]) * row_bytes;
+    avx2::LoadRow(row, table_dtype, dim, out + int64_t{t} * dim);
+  });
+}
+
+void RmsNorm(ThreadPool& pool, const float* x, int64_t x_stride, int32_t num_rows, int32_t dim,
+             const void* weight, DType weight_dtype, float eps, float* out, int64_t out_stride) {
+  if (!UseAvx2()) {
+    return ref::RmsNorm(x, x_stride, num_rows, dim, weight, weight_dtype, eps, out, out_stride);
+  }
+  ForEachRow(pool, num_rows, dim, [&](int32_t r) {
+    avx2::RmsNormRow(x + r * x_stride, dim, weight, weight_dtype, eps, out + r * out_stride);
+  });
+}
+
+void AddRmsNorm(ThreadPool& pool, float* residual, const float* delta, int32_t num_rows,
+                int32_t dim, const void* weight, DType weight_dtype, float eps, float* out) {
+  if (!UseAvx2()) {
+    return ref::AddRmsNorm(residual, delta, num_rows, dim, weight, weight_dtype, eps, out);
+  }
+  ForEachRow(pool, num_rows, dim, [&](int32_t r) {
+    float* row = residual + int64_t{r} * dim;
+    avx2::AddRow(row, delta + int64_t{r} * dim, dim);
+    avx2::RmsNormRow(row, dim, weight, weight_dtype, eps, out + int64_t{r} * dim);
+  });
+}
+
+void Add(ThreadPool& pool, float* residual, const float* delta, int64_t num_elements) {
+  if (!UseAvx2()) {
+    for (int64_t i = 0; i < num_elements; ++i) residual[i] += delta[i];
+    return;
+  }
+  if (num_elements < 2 * kMinElementsPerThread) return avx2::AddRow(residual, delta, num_elements);
+  pool.ParallelFor(num_elements, [&](int64_t begin, int64_t end, int) {
+    avx2::AddRow(residual + begin, delta + begin, end - begin);
+  });
+}
+
+void Rope(ThreadPool& pool, float* x, int64_t x_stride, int32_t num_tokens, int32_t num_heads,
+          int32_t head_dim, int32_t rotary_dim, const float* cos, const float* sin) {
+  if (!UseAvx2()) {
+    return ref::Rope(x, x_stride, num_tokens, num_heads, head_dim, rotary_dim, cos, sin);
+  }
+  const int32_t half = rotary_dim / 2;
+  ForEachRow(pool, num_tokens, int64_t{num_heads} * head_dim, [&](int32_t t) {
+    avx2::RopeRow(x + t * x_stride, num_heads, head_dim, rotary_dim, cos + int64_t{t} * half,
+                  sin + int64_t{t} * half);
+  });
+}
+
+void SiluMul(ThreadPool& pool, const float* gate, int64_t gate_stride, const float* up,
+             int64_t up_stride, int32_t num_rows, int32_t dim, float* out, int64_t out_stride) {
+  if (!UseAvx2()) {
+    return ref::SiluMul(gate, gate_stride, up, up_stride, num_rows, dim, out, out_stride);
+  }
+  // Decode rows are long (the intermediate size): split them by columns too.
+  if (num_rows < pool.num_threads() && int64_t{num_rows} * dim >= 2 * kMinElementsPerThread) {
+    pool.ParallelFor(dim, [&](int64_t begin, int64_t end, int) {
+      for (int32_t r = 0; r < num_rows; ++r) {
+        avx2::SiluMulRow(gate + r * gate_stride + begin, up + r * up_stride + begin,
+                         static_cast<int32_t>(end - begin), out + r * out_stride + begin);
+      }
+    });
+    return;
+  }
+  ForEachRow(pool, num_rows, dim, [&](int32_t r) {
+    avx2::SiluMulRow(gate + r * gate_stride, up + r * up_stride, dim, out + r * out_stride);
+  });
+}
+
+void WriteKv(ThreadPool& pool, const KvWriteArgs& args) {
+  if (!UseAvx2()) return ref::WriteKv(args);
+  const PagedKvView& cache = args.cache;
+  const size_t elem = DTypeSize(cache.dtype);
+  ForEachRow(pool, args.num_tokens, 2 * int64_t{cache.num_kv_heads} * cache.head_dim, [&](int32_t t) {
+    const int32_t slot = args.slot_mapping[t];
+    if (slot < 0) return;
+    const int64_t block = slot / cache.block_size;
+    const int64_t offset = slot % cache.block_size;
+    for (int32_t h = 0; h < cache.num_kv_heads; ++h) {
+      const int64_t index = block * cache.block_stride() + h * cache.head_stride() +
+                            offset * cache.head_dim;
+      avx2::ConvertRow(args.k + t * args.k_stride + int64_t{h} * cache.head_dim, cache.head_dim,
+                       cache.dtype, static_cast<char*>(cache.k) + index * elem);
+      avx2::ConvertRow(args.v + t * args.v_stride + int64_t{h} * cache.head_dim, cache.head_dim,
+                       cache.dtype, static_cast<char*>(cache.v) + index * elem);
+    }
+  });
+}
+
+}  // namespace loom::cpu

@@ -1,0 +1,131 @@
+// Matmul dispatch: validates a call, picks the instruction set (options.isa or SelectedIsa()) and
+// the path (GEMV for m <= MatmulGemvMaxM(isa), GEMM above), and calls that level's entry point in
+// matmul_{scalar,avx2,avx512,amx}.cc.
+#include "kernels/cpu/matmul.h"
+
+#include "kernels/cpu/matmul_internal.h"
+
+namespace loom::cpu {
+namespace {
+
+using matmul_internal::GroupArgs;
+
+Isa ThisCpuMaxIsa() {
+  static const Isa max_isa = MaxIsa(DetectCpuFeatures());
+  return max_isa;
+}
+
+Isa ResolveIsa(const MatmulOptions& options) { return options.isa.value_or(SelectedIsa()); }
+
+bool ValidInput(const MatmulInput& x) {
+  if (x.m < 0 || x.k < 0) return false;
+  if (x.m > 0 && x.k > 0 && (x.data == nullptr || x.stride < x.k)) return false;
+  return true;
+}
+
+bool ValidProjection(const MatmulProjection& p, const MatmulInput& x) {
+  if (p.n < 0 || !IsFloatDType(p.dtype)) return false;
+  if (p.n == 0 || x.m == 0) return true;
+  if (p.y == nullptr || p.y_stride < p.n) return false;
+  return x.k == 0 || p.weight != nullptr;
+}
+
+// k == 0: the sums are empty, y is the bias (or zero).
+void WriteBiasOnly(const MatmulInput& x, std::span<const MatmulProjection> projections) {
+  for (const MatmulProjection& p : projections) {
+    for (int64_t i = 0; i < x.m; ++i) {
+      for (int64_t j = 0; j < p.n; ++j) p.y[i * p.y_stride + j] = p.bias ? p.bias[j] : 0.0f;
+    }
+  }
+}
+
+void Run(Isa isa, MatmulPath path, const GroupArgs& args, ThreadPool& pool) {
+  namespace mi = matmul_internal;
+  const bool gemv = path == MatmulPath::kGemv;
+  switch (isa) {
+    case Isa::kScalar: return gemv ? mi::GemvScalar(args, pool) : mi::GemmScalar(args, pool);
+    case Isa::kAvx2: return gemv ? mi::GemvAvx2(args, pool) : mi::GemmAvx2(args, pool);
+    case Isa::kAvx512: return gemv ? mi::GemvAvx512(args, pool) : mi::GemmAvx512(args, pool);
+    case Isa::kAmx: return gemv ? mi::GemvAvx512(args, pool) : mi::GemmAmx(args, pool);
+  }
+}
+
+}  // namespace
+
+namespace matmul_internal {
+
+int64_t CountRowUnits(std::span<const MatmulProjection> projections, int64_t unit_rows) {
+  int64_t units = 0;
+  for (const MatmulProjection& p : projections) units += (p.n + unit_rows - 1) / unit_rows;
+  return units;
+}
+
+}  // namespace matmul_internal
+
+int64_t MatmulGemvMaxM(Isa isa) {
+  // Measured on the AVX2 machine (bench/results/cpu_matmul.md): the GEMV loop nest beats the
+  // blocked GEMM up to this many rows of x. The AMX value is a design estimate (see there).
+  switch (isa) {
+    case Isa::kScalar: return 4;
+    case Isa::kAvx2: return 4;
+    case Isa::kAvx512: return 4;
+    case Isa::kAmx: return 4;
+  }
+  return 4;
+}
+
+MatmulPath ChooseMatmulPath(int64_t m, const MatmulOptions& options) {
+  if (options.path != MatmulPath::kAuto) return options.path;
+  return m <= MatmulGemvMaxM(ResolveIsa(options)) ? MatmulPath::kGemv : MatmulPath::kGemm;
+}
+
+size_t MatmulWorkspaceBytes(int64_t m, int64_t k, int num_threads, const MatmulOptions& options) {
+  if (m <= 0 || k <= 0) return 0;
+  if (ResolveIsa(options) != Isa::kAmx || ChooseMatmulPath(m, options) != MatmulPath::kGemm) {
+    return 0;
+  }
+  return matmul_internal::GemmAmxWorkspaceBytes(m, k, num_threads, options.precision);
+}
+
+MatmulStatus Matmul(const MatmulInput& x, const MatmulProjection& projection, ThreadPool& pool,
+                    void* workspace, size_t workspace_bytes, const MatmulOptions& options) {
+  return MatmulGroup(x, std::span<const MatmulProjection>(&projection, 1), pool, workspace,
+                     workspace_bytes, options);
+}
+
+MatmulStatus MatmulGroup(const MatmulInput& x, std::span<const MatmulProjection> projections,
+                         ThreadPool& pool, void* workspace, size_t workspace_bytes,
+                         const MatmulOptions& options) {
+  if (!ValidInput(x)) return MatmulStatus::kInvalidArgument;
+  for (const MatmulProjection& p : projections) {
+    if (!ValidProjection(p, x)) return MatmulStatus::kInvalidArgument;
+  }
+  const Isa isa = ResolveIsa(options);
+  if (static_cast<int>(isa) > static_cast<int>(ThisCpuMaxIsa())) {
+    return MatmulStatus::kUnsupportedIsa;
+  }
+  if (x.m == 0 || matmul_internal::CountRowUnits(projections, 1) == 0) return MatmulStatus::kOk;
+  if (x.k == 0) {
+    WriteBiasOnly(x, projections);
+    return MatmulStatus::kOk;
+  }
+  const size_t required = MatmulWorkspaceBytes(x.m, x.k, pool.num_threads(), options);
+  if (required > 0 && (workspace == nullptr || workspace_bytes < required)) {
+    return MatmulStatus::kWorkspaceTooSmall;
+  }
+  const GroupArgs args{x, projections, options.precision, workspace, workspace_bytes};
+  Run(isa, ChooseMatmulPath(x.m, options), args, pool);
+  return MatmulStatus::kOk;
+}
+
+std::string_view MatmulStatusName(MatmulStatus status) {
+  switch (status) {
+    case MatmulStatus::kOk: return "ok";
+    case MatmulStatus::kInvalidArgument: return "invalid argument";
+    case MatmulStatus::kWorkspaceTooSmall: return "workspace too small";
+    case MatmulStatus::kUnsupportedIsa: return "instruction set not supported by this CPU";
+  }
+  return "?";
+}
+
+}  // namespace loom::cpu

@@ -1,0 +1,107 @@
+// CPU matrix multiply of the linear layers: y = x · W^T (+ bias), with the weight used in place.
+//
+//   y[i, j] = sum_k x[i, k] * W[j, k] (+ bias[j])      i < m (tokens), j < n (out_features)
+//
+// x is f32 activations [m, k]; W is a Hugging Face weight [n, k] (out_features × in_features,
+// row-major) in bf16, f16 or f32, read straight from the mmap'd checkpoint: any alignment, never
+// repacked or copied as a whole. Two regimes, chosen by m:
+//
+//   GEMV (decode, small m): bandwidth bound. Each thread streams its own slice of W rows, several
+//     rows at once with software prefetch, converts on load and accumulates in f32; every weight
+//     row is read from memory once and dotted with all m rows of x.
+//   GEMM (prefill, large m): compute bound. With AMX and bf16 weights, W tiles are loaded from the
+//     mapping as the A operand of y^T = W · x^T and x is packed into bf16 tiles (split into
+//     hi + lo halves by default, see MatmulPrecision). Otherwise a cache-blocked FMA kernel.
+//
+// The group form runs several weights that share x (q/k/v, gate/up) in one parallel region: their
+// rows are concatenated and split evenly over the threads.
+//
+// Accuracy: every path multiplies exactly (bf16/f16 weights widen to f32 exactly) and accumulates
+// in f32, so results match the f32 reference up to summation order (~1e-6 of sum_k |x·w|), except
+// the explicit MatmulPrecision::kBf16 on AMX (x rounded to bf16: ~4e-3 of sum_k |x·w|). With the
+// default precision a token's output does not depend on the batch it is in beyond ~1e-5 relative.
+//
+// Threading: call from one thread at a time per ThreadPool (the pool's rule). No allocation, no
+// logging; the AMX path needs a caller-provided workspace (MatmulWorkspaceBytes).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+
+#include "kernels/common/dtype.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace loom::cpu {
+
+// The activations: x [m, k] f32, row stride `stride` elements (>= k).
+struct MatmulInput {
+  const float* data = nullptr;
+  int64_t m = 0;
+  int64_t k = 0;
+  int64_t stride = 0;
+};
+
+// One weight and the output it produces: y [m, n] = x · weight^T (+ bias).
+struct MatmulProjection {
+  const void* weight = nullptr;  // [n, k] row-major, rows packed (stride k); any alignment
+  DType dtype = DType::kBF16;    // kBF16, kF16 or kF32
+  int64_t n = 0;
+  const float* bias = nullptr;   // [n] f32, or nullptr
+  float* y = nullptr;            // [m, n] f32, row stride y_stride (>= n); must not overlap x
+  int64_t y_stride = 0;
+};
+
+// How x may be rounded on the way into a bf16 matrix unit. Only the AMX GEMM path uses it; every
+// other path computes with f32 x (as accurate as kHighest or more).
+enum class MatmulPrecision : uint8_t {
+  // x = x_hi + x_lo, both bf16 (x_hi = bf16(x), x_lo = bf16(x - x_hi)), two bf16 products per
+  // weight into one f32 accumulator: ~2^-17 relative error per product. The default.
+  kHighest,
+  // x rounded to bf16 once: half the tile work of kHighest, ~2^-9 relative error per product.
+  kBf16,
+};
+
+// Which loop nest runs. kAuto picks by m (see ChooseMatmulPath); tests and benchmarks force one.
+enum class MatmulPath : uint8_t { kAuto, kGemv, kGemm };
+
+enum class MatmulStatus : uint8_t {
+  kOk,
+  kInvalidArgument,     // null pointer, bad size or stride, unsupported dtype
+  kWorkspaceTooSmall,   // workspace_bytes < MatmulWorkspaceBytes(...)
+  kUnsupportedIsa,      // options.isa is above what this CPU supports
+};
+
+struct MatmulOptions {
+  MatmulPrecision precision = MatmulPrecision::kHighest;
+  MatmulPath path = MatmulPath::kAuto;
+  // The instruction set to run; unset means SelectedIsa() (which honours LOOM_CPU_ISA).
+  std::optional<Isa> isa;
+};
+
+// Largest m that MatmulPath::kAuto runs as a GEMV on `isa`; larger m runs the GEMM path.
+int64_t MatmulGemvMaxM(Isa isa);
+
+// The path and instruction set a call with these options takes for x with m rows.
+MatmulPath ChooseMatmulPath(int64_t m, const MatmulOptions& options = {});
+
+// Bytes of workspace a call with x of [m, k] on a pool of `num_threads` needs (0 when the chosen
+// path needs none). Valid for any group of weights sharing that x.
+size_t MatmulWorkspaceBytes(int64_t m, int64_t k, int num_threads,
+                            const MatmulOptions& options = {});
+
+// y = x · weight^T (+ bias) for one weight. `workspace` may be null when MatmulWorkspaceBytes is 0.
+MatmulStatus Matmul(const MatmulInput& x, const MatmulProjection& projection, ThreadPool& pool,
+                    void* workspace, size_t workspace_bytes, const MatmulOptions& options = {});
+
+// The same for several weights sharing x, in one parallel region (their rows split as one range).
+MatmulStatus MatmulGroup(const MatmulInput& x, std::span<const MatmulProjection> projections,
+                         ThreadPool& pool, void* workspace, size_t workspace_bytes,
+                         const MatmulOptions& options = {});
+
+std::string_view MatmulStatusName(MatmulStatus status);
+
+}  // namespace loom::cpu

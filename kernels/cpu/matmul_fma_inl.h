@@ -1,0 +1,208 @@
+// The FMA matmul, written once over a vector type and instantiated by each instruction-set file
+// (matmul_scalar.cc, matmul_avx2.cc, matmul_avx512.cc) with that file's vector traits.
+//
+// Math: y[i, j] = sum_k x[i, k] * W[j, k] (+ bias[j]). Both operands are contiguous along k, so
+// the microkernel is a block of dot products: a tile of kMr rows of x by kNr rows of W keeps
+// kMr * kNr vector accumulators (lanes along k), loads kMr x vectors and kNr weight vectors per
+// step (weights widened to f32 on load: bf16 by a 16-bit shift, f16 by vcvtph2ps) and sums the
+// lanes at the end. Products are exact and sums are f32.
+//
+// Work split: the rows of all weights of a group are cut into units of kNr rows; thread t gets a
+// contiguous run of units (its own weight rows, its own y columns, no write sharing).
+//
+// Loop nest per thread and weight (blocking sizes in FmaBlocking):
+//   m0 (mc rows of x) > k0 (kc) > n0 (nc weight rows) > i (kMr x rows) > j (kNr weight rows)
+// The kMr x rows of kc stay in L1 while j walks nc weight rows of kc, which stay in L2 while i
+// walks mc. GEMV is the same nest with mc = m, kc = k, nc = kNr and prefetch on: each group of kNr
+// weight rows is streamed from memory once (kNr concurrent streams per thread) and dotted with
+// every row of x before the next group. Bytes moved: GEMV reads each weight byte once from DRAM
+// and x (m * k * 4 bytes) from cache; GEMM reads W once per mc rows of x.
+//
+// Everything is in an unnamed namespace on purpose: each including file compiles these templates
+// with different instruction-set flags, and no instantiation may be shared between them by the
+// linker.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "kernels/common/dtype.h"
+#include "kernels/cpu/matmul_internal.h"
+
+namespace loom::cpu::matmul_internal {
+namespace {
+
+// Weight element types: storage and how the traits widen them.
+struct Bf16Weight {
+  using Storage = uint16_t;
+};
+struct F16Weight {
+  using Storage = uint16_t;
+};
+struct F32Weight {
+  using Storage = float;
+};
+
+// Loop-nest sizes (see the file comment).
+struct FmaBlocking {
+  int64_t mc;
+  int64_t kc;
+  int64_t nc;
+};
+
+// How far ahead of the current k the GEMV prefetches each weight row.
+constexpr int64_t kPrefetchBytes = 1024;
+
+template <typename T>
+constexpr T MinOf(T a, T b) {
+  return a < b ? a : b;
+}
+
+// acc[a][r] += x[a] . w[r] over [k, k + kLanes) (or a partial last vector of `count` lanes).
+template <class T, class W, int kMr, int kNr, bool kPartial>
+inline void DotStep(const float* const* x_rows, const typename W::Storage* const* w_rows,
+                    int64_t k, int count, typename T::V (&acc)[kMr][kNr]) {
+  using V = typename T::V;
+  V xv[kMr];
+  for (int a = 0; a < kMr; ++a) {
+    xv[a] = kPartial ? T::LoadXPartial(x_rows[a] + k, count) : T::LoadX(x_rows[a] + k);
+  }
+  for (int r = 0; r < kNr; ++r) {
+    const V wv = kPartial ? T::template LoadWPartial<W>(w_rows[r] + k, count)
+                          : T::template LoadW<W>(w_rows[r] + k);
+    for (int a = 0; a < kMr; ++a) acc[a][r] = T::Fma(xv[a], wv, acc[a][r]);
+  }
+}
+
+// out[a * kNr + r] = sum_{k < len} x_rows[a][k] * w_rows[r][k].
+template <class T, class W, int kMr, int kNr, bool kPrefetch>
+inline void DotTile(const float* const* x_rows, const typename W::Storage* const* w_rows,
+                    int64_t len, float* out) {
+  using V = typename T::V;
+  using S = typename W::Storage;
+  constexpr int kLanes = T::kLanes;
+  // One 64-byte line of each weight row per iteration, so one prefetch per row per iteration.
+  constexpr int kUnroll = 64 / static_cast<int>(sizeof(S)) / kLanes > 0
+                              ? 64 / static_cast<int>(sizeof(S)) / kLanes
+                              : 1;
+  V acc[kMr][kNr];
+  for (int a = 0; a < kMr; ++a) {
+    for (int r = 0; r < kNr; ++r) acc[a][r] = T::Zero();
+  }
+  int64_t k = 0;
+  for (; k + kUnroll * kLanes <= len; k += kUnroll * kLanes) {
+    if constexpr (kPrefetch) {
+      for (int r = 0; r < kNr; ++r) {
+        T::Prefetch(reinterpret_cast<const char*>(w_rows[r] + k) + kPrefetchBytes);
+      }
+    }
+    for (int u = 0; u < kUnroll; ++u) {
+      DotStep<T, W, kMr, kNr, false>(x_rows, w_rows, k + u * kLanes, kLanes, acc);
+    }
+  }
+  for (; k + kLanes <= len; k += kLanes) {
+    DotStep<T, W, kMr, kNr, false>(x_rows, w_rows, k, kLanes, acc);
+  }
+  if (k < len) {
+    DotStep<T, W, kMr, kNr, true>(x_rows, w_rows, k, static_cast<int>(len - k), acc);
+  }
+  for (int a = 0; a < kMr; ++a) {
+    for (int r = 0; r < kNr; ++r) out[a * kNr + r] = T::ReduceAdd(acc[a][r]);
+  }
+}
+
+// One tile: x rows [i, i + kMr) by weight rows [j, min(j + kNr, row_end)), k in [k0, k0 + len).
+// Rows past row_end repeat the last valid row (never read out of bounds) and are not stored.
+// The first k block assigns y (+ bias); later blocks add to it.
+template <class T, class W, int kMr, int kNr, bool kPrefetch>
+void RunTile(const MatmulInput& x, const MatmulProjection& p, int64_t i, int64_t j,
+             int64_t row_end, int64_t k0, int64_t len) {
+  using S = typename W::Storage;
+  const S* w = static_cast<const S*>(p.weight);
+  const float* x_rows[kMr];
+  const S* w_rows[kNr];
+  for (int a = 0; a < kMr; ++a) x_rows[a] = x.data + (i + a) * x.stride + k0;
+  for (int r = 0; r < kNr; ++r) w_rows[r] = w + MinOf(j + r, row_end - 1) * x.k + k0;
+  float out[kMr * kNr];
+  DotTile<T, W, kMr, kNr, kPrefetch>(x_rows, w_rows, len, out);
+  const int nr = static_cast<int>(MinOf<int64_t>(kNr, row_end - j));
+  for (int a = 0; a < kMr; ++a) {
+    float* y = p.y + (i + a) * p.y_stride + j;
+    for (int r = 0; r < nr; ++r) {
+      if (k0 != 0) {
+        y[r] += out[a * kNr + r];
+      } else {
+        y[r] = p.bias != nullptr ? out[a * kNr + r] + p.bias[j + r] : out[a * kNr + r];
+      }
+    }
+  }
+}
+
+// RunTile with the row count mr <= kMrMax chosen at run time.
+template <class T, class W, int kMrMax, int kNr, bool kPrefetch>
+void RunTileRows(int mr, const MatmulInput& x, const MatmulProjection& p, int64_t i, int64_t j,
+                 int64_t row_end, int64_t k0, int64_t len) {
+  if (mr == kMrMax) {
+    RunTile<T, W, kMrMax, kNr, kPrefetch>(x, p, i, j, row_end, k0, len);
+  } else if constexpr (kMrMax > 1) {
+    RunTileRows<T, W, kMrMax - 1, kNr, kPrefetch>(mr, x, p, i, j, row_end, k0, len);
+  }
+}
+
+// The loop nest over weight rows [row_begin, row_end) of one projection.
+template <class T, class W, int kMrMax, int kNr, bool kPrefetch>
+void RunRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begin, int64_t row_end,
+             const FmaBlocking& b) {
+  for (int64_t m0 = 0; m0 < x.m; m0 += b.mc) {
+    const int64_t m1 = MinOf(x.m, m0 + b.mc);
+    for (int64_t k0 = 0; k0 < x.k; k0 += b.kc) {
+      const int64_t len = MinOf(x.k, k0 + b.kc) - k0;
+      for (int64_t n0 = row_begin; n0 < row_end; n0 += b.nc) {
+        const int64_t n1 = MinOf(row_end, n0 + b.nc);
+        for (int64_t i = m0; i < m1; i += kMrMax) {
+          const int mr = static_cast<int>(MinOf<int64_t>(kMrMax, m1 - i));
+          for (int64_t j = n0; j < n1; j += kNr) {
+            RunTileRows<T, W, kMrMax, kNr, kPrefetch>(mr, x, p, i, j, n1, k0, len);
+          }
+        }
+      }
+    }
+  }
+}
+
+template <class T, int kMrMax, int kNr, bool kPrefetch>
+void RunProjectionRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begin,
+                       int64_t row_end, const FmaBlocking& b) {
+  switch (p.dtype) {
+    case DType::kBF16:
+      RunRows<T, Bf16Weight, kMrMax, kNr, kPrefetch>(x, p, row_begin, row_end, b);
+      break;
+    case DType::kF16:
+      RunRows<T, F16Weight, kMrMax, kNr, kPrefetch>(x, p, row_begin, row_end, b);
+      break;
+    default:
+      RunRows<T, F32Weight, kMrMax, kNr, kPrefetch>(x, p, row_begin, row_end, b);
+      break;
+  }
+}
+
+// The whole group on the pool: units of kNr rows, one contiguous run per thread.
+template <class T, int kMrMax, int kNr, bool kPrefetch>
+void RunGroup(const GroupArgs& args, ThreadPool& pool, const FmaBlocking& b) {
+  const int64_t num_units = CountRowUnits(args.projections, kNr);
+  pool.ParallelFor(num_units, [&](int64_t unit_begin, int64_t unit_end, int /*thread*/) {
+    ForEachRowRange(args.projections, kNr, unit_begin, unit_end,
+                    [&](const MatmulProjection& p, int64_t row_begin, int64_t row_end) {
+                      RunProjectionRows<T, kMrMax, kNr, kPrefetch>(args.x, p, row_begin, row_end,
+                                                                   b);
+                    });
+  });
+}
+
+// GEMV blocking: all of x and all of k per weight row group (see the file comment).
+inline FmaBlocking GemvBlocking(const MatmulInput& x, int nr) { return {x.m, x.k, nr}; }
+
+}  // namespace
+}  // namespace loom::cpu::matmul_internal

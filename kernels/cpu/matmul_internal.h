@@ -1,0 +1,68 @@
+// Internal interface between the matmul dispatcher (matmul.cc) and its per-ISA implementations
+// (matmul_scalar.cc, matmul_avx2.cc, matmul_avx512.cc, matmul_amx.cc). Not for callers outside
+// kernels/cpu: use kernels/cpu/matmul.h.
+//
+// Every function here receives arguments that matmul.cc has already validated: m, k >= 1, every
+// projection has n >= 0, a float dtype and non-null pointers, and the workspace is large enough.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace loom::cpu::matmul_internal {
+
+// One validated call.
+struct GroupArgs {
+  MatmulInput x;
+  std::span<const MatmulProjection> projections;
+  MatmulPrecision precision = MatmulPrecision::kHighest;
+  void* workspace = nullptr;  // MatmulWorkspaceBytes(...) bytes, no alignment promised
+  size_t workspace_bytes = 0;
+};
+
+// Entry points of each instruction-set level. Gemv* walk weight rows with the whole of x per row
+// group (small m); Gemm* block for cache reuse (large m).
+void GemvScalar(const GroupArgs& args, ThreadPool& pool);
+void GemmScalar(const GroupArgs& args, ThreadPool& pool);
+void GemvAvx2(const GroupArgs& args, ThreadPool& pool);
+void GemmAvx2(const GroupArgs& args, ThreadPool& pool);
+void GemvAvx512(const GroupArgs& args, ThreadPool& pool);
+void GemmAvx512(const GroupArgs& args, ThreadPool& pool);
+// bf16 weights on the tile unit; f16/f32 weights and the rows past the last full 16 of each
+// weight go through GemmRowsAvx512. Uses the workspace (GemmAmxWorkspaceBytes).
+void GemmAmx(const GroupArgs& args, ThreadPool& pool);
+size_t GemmAmxWorkspaceBytes(int64_t m, int64_t k, int num_threads, MatmulPrecision precision);
+
+// The AVX-512 FMA GEMM of weight rows [row_begin, row_end) of one projection on the calling
+// thread; the AMX path hands it what the tiles do not cover.
+void GemmRowsAvx512(const MatmulInput& x, const MatmulProjection& projection, int64_t row_begin,
+                    int64_t row_end);
+
+// A group's rows are cut into units of `unit_rows` rows (the last unit of each projection may be
+// shorter); units are numbered through the projections in order. Threads get contiguous runs.
+int64_t CountRowUnits(std::span<const MatmulProjection> projections, int64_t unit_rows);
+
+// Calls fn(projection, row_begin, row_end) for each projection that units [unit_begin, unit_end)
+// touch, with that projection's rows among them.
+template <typename Fn>
+void ForEachRowRange(std::span<const MatmulProjection> projections, int64_t unit_rows,
+                     int64_t unit_begin, int64_t unit_end, const Fn& fn) {
+  int64_t first_unit = 0;  // global number of the projection's first unit
+  for (const MatmulProjection& projection : projections) {
+    const int64_t num_units = (projection.n + unit_rows - 1) / unit_rows;
+    const int64_t begin = unit_begin > first_unit ? unit_begin - first_unit : 0;
+    const int64_t end = unit_end - first_unit < num_units ? unit_end - first_unit : num_units;
+    if (begin < end) {
+      const int64_t row_end = end * unit_rows < projection.n ? end * unit_rows : projection.n;
+      fn(projection, begin * unit_rows, row_end);
+    }
+    first_unit += num_units;
+    if (first_unit >= unit_end) break;
+  }
+}
+
+}  // namespace loom::cpu::matmul_internal

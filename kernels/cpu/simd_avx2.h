@@ -1,0 +1,71 @@
+// 8-lane f32 vector helpers for AVX2 + FMA + F16C translation units (files ending in _avx2.cc).
+// Include only from those files: the intrinsics need the ISA flags CMake gives them.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace loom::cpu::simd_avx2 {
+
+constexpr int kLanes = 8;
+using Vec = __m256;
+
+inline Vec Zero() { return _mm256_setzero_ps(); }
+inline Vec Set1(float x) { return _mm256_set1_ps(x); }
+inline Vec Load(const float* p) { return _mm256_loadu_ps(p); }
+inline void Store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
+inline Vec LoadBf16(const uint16_t* p) {
+  const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
+}
+inline Vec LoadF16(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline Vec Add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
+inline Vec Sub(Vec a, Vec b) { return _mm256_sub_ps(a, b); }
+inline Vec Mul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
+inline Vec Max(Vec a, Vec b) { return _mm256_max_ps(a, b); }
+inline Vec Fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }  // a * b + c
+inline float ReduceAdd(Vec v) {
+  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+inline float ReduceMax(Vec v) {
+  __m128 lo = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  lo = _mm_max_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_max_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+
+// e^x for f32 lanes: range reduction x = n ln2 + r, |r| <= ln2 / 2, a degree-6 polynomial for
+// e^r, then scaling by 2^n. Relative error below 2e-7 over the normal range; inputs below
+// about -87.3 give 0 and above 88.7 give +inf, NaN stays NaN.
+inline Vec Exp(Vec x) {
+  const Vec max_x = Set1(88.7228391f);
+  const Vec min_x = Set1(-87.3365448f);
+  const Vec clamped = _mm256_min_ps(_mm256_max_ps(x, min_x), max_x);
+  const Vec n = _mm256_round_ps(Mul(clamped, Set1(1.44269504088896341f)),
+                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  // r = x - n * ln2, with ln2 split in two for precision.
+  Vec r = Fma(n, Set1(-0.693359375f), clamped);
+  r = Fma(n, Set1(2.12194440e-4f), r);
+  Vec p = Set1(1.9875691500e-4f);
+  p = Fma(p, r, Set1(1.3981999507e-3f));
+  p = Fma(p, r, Set1(8.3334519073e-3f));
+  p = Fma(p, r, Set1(4.1665795894e-2f));
+  p = Fma(p, r, Set1(1.6666665459e-1f));
+  p = Fma(p, r, Set1(5.0000001201e-1f));
+  p = Fma(p, Mul(r, r), Add(r, Set1(1.0f)));
+  const __m256i exponent = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n),
+                                                              _mm256_set1_epi32(127)), 23);
+  Vec result = Mul(p, _mm256_castsi256_ps(exponent));
+  // Saturate: below the range gives 0, above gives inf; NaN propagates.
+  result = _mm256_blendv_ps(result, Zero(), _mm256_cmp_ps(x, min_x, _CMP_LT_OQ));
+  result = _mm256_blendv_ps(result, Set1(__builtin_inff()), _mm256_cmp_ps(x, max_x, _CMP_GT_OQ));
+  return _mm256_blendv_ps(result, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+}  // namespace loom::cpu::simd_avx2

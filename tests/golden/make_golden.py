@@ -1,0 +1,603 @@
+#!/usr/bin/env python3
+"""Builds tiny random-weight Hugging Face checkpoints and records reference outputs.
+
+For every variant in VARIANTS this writes tests/golden/models/<name>/ containing
+  - the checkpoint exactly as `save_pretrained` writes it (config.json,
+    generation_config.json, model.safetensors or shards + index), except that
+    variants marked config_style="legacy" get their config.json rewritten into the
+    older on-disk layout still found on most published checkpoints (README.md);
+  - reference.safetensors: float32 logits for every prompt position and for every
+    greedy step;
+  - reference.json: prompts, greedy tokens, greedy margins, tolerances and the
+    model facts an engine needs to match.
+
+References are computed by reloading the saved folder in float32 (so the stored
+bf16/fp16 values are upcast exactly) with eager attention. Each variant is also
+cross-checked against sdpa attention and against an independent float64
+implementation in this file (`Float64Reference`) that follows the semantics
+written down in README.md; the observed differences are recorded.
+
+Usage: make_golden.py [--out DIR] [--only NAME[,NAME...]] [--threads N]
+Requires torch, transformers (5.x) and safetensors: deploy/install-deps.sh --golden.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+import transformers
+from safetensors.torch import load_file, save_file
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    LlamaConfig,
+    MistralConfig,
+    Qwen2Config,
+    Qwen3Config,
+)
+
+HERE = Path(__file__).resolve().parent
+GREEDY_STEPS = 32
+# A prompt is redrawn (next seed) while any greedy step has a top-1/top-2 logit gap
+# below this, so that an engine within tolerance reproduces the greedy tokens.
+MIN_GREEDY_MARGIN = 0.02
+# ... and while the greedy continuation is degenerate (fewer distinct tokens than this).
+MIN_DISTINCT_GREEDY = 4
+STORAGE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+# ----------------------------------------------------------------------------------------
+# Variants
+# ----------------------------------------------------------------------------------------
+# init: std of the token embedding matrix ("embed_std") and a gain applied to the
+# lm_head matrix ("lm_head_gain", untied models only) and to o_proj/down_proj
+# ("out_gain": layer outputs that outweigh the embedding in the residual stream keep
+# tied models from predicting their own input token). Every other matrix is
+# N(0, 1/fan_in); RMSNorm weights are 1 + 0.2 N(0,1); biases are 0.1 N(0,1).
+# q_proj/k_proj get gain QK_GAIN (and Qwen3 q_norm/k_norm weights are scaled by
+# QK_NORM_MEAN) so that attention is fairly peaked and position bugs show.
+QK_GAIN = 1.6
+QK_NORM_MEAN = 2.0
+VARIANTS = [
+    dict(
+        name="llama2_mha",
+        architecture="LlamaForCausalLM",
+        config_cls=LlamaConfig,
+        config=dict(
+            vocab_size=512, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=4, rms_norm_eps=1e-6, rope_theta=10000.0,
+            max_position_embeddings=128, tie_word_embeddings=False,
+            bos_token_id=1, eos_token_id=2,
+        ),
+        storage_dtype="bfloat16",
+        init=dict(embed_std=1.0, lm_head_gain=2.0),
+        prompt_lens=[1, 5, 17, 40],
+        seed=1001,
+        exercises="Llama-2 shape: multi-head attention (KV heads == heads), default RoPE, "
+        "untied lm_head, bf16 storage.",
+    ),
+    dict(
+        name="llama3_gqa",
+        architecture="LlamaForCausalLM",
+        config_cls=LlamaConfig,
+        config=dict(
+            vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=3,
+            num_attention_heads=8, num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-5,
+            rope_theta=500000.0,
+            rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                              high_freq_factor=4.0, original_max_position_embeddings=64),
+            max_position_embeddings=256, tie_word_embeddings=True,
+            bos_token_id=1, eos_token_id=[2, 3],
+        ),
+        storage_dtype="bfloat16",
+        config_style="legacy",
+        init=dict(embed_std=0.2, out_gain=4.0),
+        prompt_lens=[1, 5, 17, 40, 90],
+        seed=1002,
+        exercises="Llama-3 shape: grouped-query attention (8 heads share 2 KV heads), llama3 "
+        "RoPE scaling with all three frequency bands in use (original_max_position_embeddings=64, "
+        "prompts reach position 121), tied embeddings (no lm_head.weight in the file), "
+        "eos_token_id as a list, legacy config layout (top-level rope_theta + rope_scaling).",
+    ),
+    dict(
+        name="llama_linear_fp16",
+        architecture="LlamaForCausalLM",
+        config_cls=LlamaConfig,
+        config=dict(
+            vocab_size=512, hidden_size=96, intermediate_size=256, num_hidden_layers=2,
+            num_attention_heads=3, num_key_value_heads=1, head_dim=32, rms_norm_eps=1e-6,
+            rope_theta=10000.0, rope_scaling=dict(rope_type="linear", factor=2.0),
+            attention_bias=True, mlp_bias=True,
+            max_position_embeddings=128, tie_word_embeddings=False,
+            bos_token_id=1, eos_token_id=2,
+        ),
+        storage_dtype="float16",
+        config_style="legacy",
+        # Older checkpoints spell the scaling kind "type".
+        legacy_overrides=dict(rope_scaling=dict(type="linear", factor=2.0)),
+        init=dict(embed_std=1.0, lm_head_gain=2.0),
+        prompt_lens=[1, 5, 17, 40],
+        seed=1003,
+        exercises="Odd head count (3) with multi-query attention (1 KV head), explicit head_dim, "
+        "linear RoPE scaling (legacy spelling \"type\": \"linear\"), biases on q/k/v/o and on "
+        "gate/up/down, fp16 storage.",
+    ),
+    dict(
+        name="mistral_window",
+        architecture="MistralForCausalLM",
+        config_cls=MistralConfig,
+        config=dict(
+            vocab_size=512, hidden_size=64, intermediate_size=192, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-5,
+            rope_theta=10000.0, sliding_window=16,
+            max_position_embeddings=128, tie_word_embeddings=False,
+            bos_token_id=1, eos_token_id=2,
+        ),
+        storage_dtype="float32",
+        max_shard_size="300KB",
+        # Embeddings as small as in trained models (std 0.02), so that the first RMSNorm's
+        # eps (1e-5) visibly matters.
+        init=dict(embed_std=0.02, lm_head_gain=2.0),
+        prompt_lens=[1, 9, 16, 17, 60],
+        seed=1004,
+        exercises="Sliding-window attention (window 16: prompts of 16 and 17 tokens sit on the "
+        "boundary, a 60-token prompt and all generations run past it), GQA 4/2, fp32 storage, "
+        "checkpoint sharded into several safetensors files with an index, embeddings small "
+        "enough (std 0.02) that rms_norm_eps matters.",
+    ),
+    dict(
+        name="qwen2_bias",
+        architecture="Qwen2ForCausalLM",
+        config_cls=Qwen2Config,
+        config=dict(
+            vocab_size=512, hidden_size=96, intermediate_size=224, num_hidden_layers=2,
+            num_attention_heads=6, num_key_value_heads=2, rms_norm_eps=1e-6, rope_theta=1000000.0,
+            max_position_embeddings=128, tie_word_embeddings=True,
+            use_sliding_window=False, sliding_window=None,
+            bos_token_id=1, eos_token_id=2,
+        ),
+        storage_dtype="bfloat16",
+        config_style="legacy",
+        # Published Qwen2 configs carry a sliding_window value with use_sliding_window
+        # false, and transformers then ignores the window. A small value makes an engine
+        # that applies it anyway fail.
+        legacy_overrides=dict(sliding_window=8, use_sliding_window=False),
+        init=dict(embed_std=0.25, out_gain=4.0),
+        prompt_lens=[1, 5, 17, 40],
+        seed=1005,
+        exercises="Qwen2: biases on q/k/v but not on o_proj, GQA 6/2 (3 query heads per KV "
+        "head), head_dim implied by hidden/heads (no head_dim in config), tied embeddings, "
+        "legacy config layout, and sliding_window 8 present but disabled by "
+        "use_sliding_window false (must be ignored).",
+    ),
+    dict(
+        name="qwen3_qknorm",
+        architecture="Qwen3ForCausalLM",
+        config_cls=Qwen3Config,
+        config=dict(
+            vocab_size=512, hidden_size=64, intermediate_size=192, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=32, rms_norm_eps=1e-6,
+            rope_theta=1000000.0, max_position_embeddings=128, tie_word_embeddings=False,
+            use_sliding_window=False, attention_bias=False,
+            bos_token_id=1, eos_token_id=2,
+        ),
+        storage_dtype="bfloat16",
+        init=dict(embed_std=1.0, lm_head_gain=2.0),
+        prompt_lens=[1, 5, 17, 40],
+        seed=1006,
+        exercises="Qwen3: per-head RMSNorm on q and k (weights of size head_dim) before RoPE, "
+        "explicit head_dim 32 != hidden/heads (q_proj is 64 -> 128, o_proj 128 -> 64), untied.",
+    ),
+]
+
+
+# ----------------------------------------------------------------------------------------
+# Weights
+# ----------------------------------------------------------------------------------------
+def randomize(model: torch.nn.Module, seed: int, init: dict) -> None:
+    """Overwrites every parameter with seeded random values (HF init hides norm/bias bugs)."""
+    gen = torch.Generator().manual_seed(seed)
+    tied = model.config.tie_word_embeddings
+    with torch.no_grad():
+        # named_parameters() lists a tied lm_head/embedding pair once.
+        for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
+            noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
+            if name.endswith("embed_tokens.weight"):
+                value = noise * init["embed_std"]
+            elif name.endswith(("q_norm.weight", "k_norm.weight")):
+                value = QK_NORM_MEAN * (1.0 + 0.2 * noise)
+            elif name.endswith("norm.weight"):
+                value = 1.0 + 0.2 * noise
+            elif name.endswith(".bias"):
+                value = 0.1 * noise
+            elif p.dim() == 2:
+                gain = 1.0
+                if name == "lm_head.weight":
+                    gain = init.get("lm_head_gain", 1.0)
+                elif name.endswith(("o_proj.weight", "down_proj.weight")):
+                    gain = init.get("out_gain", 1.0)
+                elif name.endswith(("q_proj.weight", "k_proj.weight")):
+                    gain = QK_GAIN
+                value = noise * (gain / math.sqrt(p.shape[1]))
+            else:
+                raise RuntimeError(f"no init rule for parameter {name} {tuple(p.shape)}")
+            p.copy_(value)
+    if tied:
+        assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+
+
+# ----------------------------------------------------------------------------------------
+# Independent float64 implementation (written from the rules in README.md)
+# ----------------------------------------------------------------------------------------
+class Float64Reference:
+    """Decoder-only forward in float64 from the raw safetensors + config.json.
+
+    Which projections carry biases and whether q/k norms exist is read from the tensor
+    names, so it does not share any code with transformers.
+    """
+
+    def __init__(self, folder: Path):
+        cfg = json.loads((folder / "config.json").read_text())
+        self.cfg = cfg
+        w = {}
+        for f in sorted(folder.glob("model*.safetensors")):
+            for k, v in load_file(str(f)).items():
+                w[k] = v.to(torch.float64)
+        self.w = w
+        self.hidden = cfg["hidden_size"]
+        self.n_heads = cfg["num_attention_heads"]
+        self.n_kv = cfg.get("num_key_value_heads") or self.n_heads
+        default_head_dim = 128 if cfg["model_type"] == "qwen3" else self.hidden // self.n_heads
+        self.head_dim = cfg.get("head_dim") or default_head_dim
+        self.eps = cfg["rms_norm_eps"]
+        self.n_layers = cfg["num_hidden_layers"]
+        # Window applies only when the model actually uses it (Qwen2/3 gate it).
+        window = cfg.get("sliding_window")
+        if cfg["model_type"] in ("qwen2", "qwen3") and not cfg.get("use_sliding_window", False):
+            window = None
+        self.window = window
+        self.inv_freq = rope_inv_freq(cfg, self.head_dim)
+        if "lm_head.weight" in w:
+            self.lm_head = w["lm_head.weight"]
+        else:
+            assert cfg.get("tie_word_embeddings", True)
+            self.lm_head = w["model.embed_tokens.weight"]
+
+    def _lin(self, x, prefix):
+        y = x @ self.w[prefix + ".weight"].T
+        b = self.w.get(prefix + ".bias")
+        return y if b is None else y + b
+
+    def _rms(self, x, weight):
+        return x / torch.sqrt((x * x).mean(-1, keepdim=True) + self.eps) * weight
+
+    def _rope(self, x, pos):
+        # x: [heads, T, D]; HF layout: rotate pairs (i, i + D/2), "rotate_half".
+        ang = pos[:, None].to(torch.float64) * self.inv_freq[None, :]
+        cos = torch.cat([ang.cos(), ang.cos()], -1)
+        sin = torch.cat([ang.sin(), ang.sin()], -1)
+        half = x.shape[-1] // 2
+        rot = torch.cat([-x[..., half:], x[..., :half]], -1)
+        return x * cos + rot * sin
+
+    @torch.no_grad()
+    def logits(self, ids: list[int]) -> torch.Tensor:
+        T, D, H, KV = len(ids), self.head_dim, self.n_heads, self.n_kv
+        pos = torch.arange(T)
+        x = self.w["model.embed_tokens.weight"][torch.tensor(ids)]
+        q_idx, k_idx = pos[:, None], pos[None, :]
+        allowed = k_idx <= q_idx
+        if self.window is not None:
+            allowed &= k_idx > q_idx - self.window
+        for l in range(self.n_layers):
+            p = f"model.layers.{l}."
+            h = self._rms(x, self.w[p + "input_layernorm.weight"])
+            q = self._lin(h, p + "self_attn.q_proj").view(T, H, D).transpose(0, 1)
+            k = self._lin(h, p + "self_attn.k_proj").view(T, KV, D).transpose(0, 1)
+            v = self._lin(h, p + "self_attn.v_proj").view(T, KV, D).transpose(0, 1)
+            if p + "self_attn.q_norm.weight" in self.w:
+                q = self._rms(q, self.w[p + "self_attn.q_norm.weight"])
+                k = self._rms(k, self.w[p + "self_attn.k_norm.weight"])
+            q, k = self._rope(q, pos), self._rope(k, pos)
+            group = H // KV  # query head i uses KV head i // group
+            k = k.repeat_interleave(group, 0)
+            v = v.repeat_interleave(group, 0)
+            s = (q @ k.transpose(1, 2)) * (D ** -0.5)
+            s = s.masked_fill(~allowed, float("-inf"))
+            a = torch.softmax(s, -1) @ v
+            x = x + self._lin(a.transpose(0, 1).reshape(T, H * D), p + "self_attn.o_proj")
+            h = self._rms(x, self.w[p + "post_attention_layernorm.weight"])
+            g = self._lin(h, p + "mlp.gate_proj")
+            u = self._lin(h, p + "mlp.up_proj")
+            x = x + self._lin(torch.nn.functional.silu(g) * u, p + "mlp.down_proj")
+        x = self._rms(x, self.w["model.norm.weight"])
+        return x @ self.lm_head.T
+
+
+def rope_params(cfg: dict) -> dict:
+    """RoPE parameters from either config layout (transformers 5 or legacy)."""
+    rp = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
+    rp.setdefault("rope_theta", cfg.get("rope_theta", 10000.0))
+    rp["rope_type"] = rp.get("rope_type", rp.get("type", "default"))
+    rp.pop("type", None)
+    return rp
+
+
+def rope_inv_freq(cfg: dict, head_dim: int) -> torch.Tensor:
+    rp = rope_params(cfg)
+    base = float(rp["rope_theta"])
+    i = torch.arange(0, head_dim, 2, dtype=torch.float64)
+    inv = 1.0 / base ** (i / head_dim)
+    kind = rp["rope_type"]
+    if kind == "default":
+        return inv
+    if kind == "linear":
+        return inv / rp["factor"]
+    if kind == "llama3":
+        factor, lo, hi = rp["factor"], rp["low_freq_factor"], rp["high_freq_factor"]
+        old = rp["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv
+        smooth = (old / wavelen - lo) / (hi - lo)
+        mid = (1 - smooth) * inv / factor + smooth * inv
+        out = torch.where(wavelen > old / lo, inv / factor, mid)
+        return torch.where(wavelen < old / hi, inv, out)
+    raise ValueError(f"rope_type {kind} not implemented here")
+
+
+# ----------------------------------------------------------------------------------------
+# Reference generation
+# ----------------------------------------------------------------------------------------
+@torch.no_grad()
+def forward_logits(model, ids: list[int]) -> torch.Tensor:
+    out = model(input_ids=torch.tensor([ids]), use_cache=False)
+    return out.logits[0].float()
+
+
+@torch.no_grad()
+def greedy(model, ids: list[int]):
+    """Explicit greedy loop: full forward each step, no cache, no EOS stop."""
+    seq = list(ids)
+    tokens, step_logits, margins = [], [], []
+    for _ in range(GREEDY_STEPS):
+        last = forward_logits(model, seq)[-1]
+        top2 = torch.topk(last, 2)
+        tok = int(torch.argmax(last))
+        assert tok == int(top2.indices[0])
+        tokens.append(tok)
+        margins.append(float(top2.values[0] - top2.values[1]))
+        step_logits.append(last)
+        seq.append(tok)
+    return tokens, torch.stack(step_logits), margins
+
+
+def rewrite_legacy_config(folder: Path, overrides: dict) -> None:
+    """Rewrites config.json into the layout of published pre-transformers-5 checkpoints:
+    top-level rope_theta, rope_scaling (null when there is no scaling), torch_dtype
+    instead of dtype, no layer_types; then applies `overrides`."""
+    path = folder / "config.json"
+    cfg = json.loads(path.read_text())
+    rp = dict(cfg.pop("rope_parameters"))
+    cfg["rope_theta"] = rp.pop("rope_theta")
+    kind = rp.get("rope_type", "default")
+    cfg["rope_scaling"] = None if kind == "default" else rp
+    cfg["torch_dtype"] = cfg.pop("dtype")
+    cfg.pop("layer_types", None)
+    cfg.update(overrides)
+    path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+
+def build_variant(v: dict, out_root: Path) -> dict:
+    name = v["name"]
+    folder = out_root / name
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    storage = STORAGE_DTYPES[v["storage_dtype"]]
+
+    config = v["config_cls"](**v["config"])
+    config.architectures = [v["architecture"]]
+
+    torch.manual_seed(v["seed"])
+    model = getattr(transformers, v["architecture"])(config).to(torch.float32).eval()
+    randomize(model, v["seed"], v["init"])
+    # Round to the storage dtype before anything is computed; save exactly that.
+    model = model.to(storage)
+    save_kwargs = {}
+    if v.get("max_shard_size"):
+        save_kwargs["max_shard_size"] = v["max_shard_size"]
+    model.save_pretrained(folder, **save_kwargs)
+    del model
+    if v.get("config_style") == "legacy":
+        rewrite_legacy_config(folder, v.get("legacy_overrides", {}))
+
+    # The config on disk must mean the same thing to transformers as the one we built.
+    reloaded_cfg = AutoConfig.from_pretrained(folder)
+    assert rope_params(reloaded_cfg.to_dict()) == rope_params(config.to_dict()), (
+        rope_params(reloaded_cfg.to_dict()), rope_params(config.to_dict()))
+
+    def load(attn: str, dtype=torch.float32):
+        m = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, attn_implementation=attn)
+        return m.eval()
+
+    model = load("eager")
+    assert type(model).__name__ == v["architecture"]
+    for p in model.parameters():
+        assert p.dtype == torch.float32
+    # Stored values upcast exactly.
+    stored = {}
+    for f in sorted(folder.glob("model*.safetensors")):
+        stored.update(load_file(str(f)))
+    for k, t in stored.items():
+        assert t.dtype == storage, (k, t.dtype)
+    sd = model.state_dict()
+    for k, t in stored.items():
+        assert torch.equal(sd[k], t.to(torch.float32)), k
+    tied = bool(model.config.tie_word_embeddings)
+    assert ("lm_head.weight" in stored) == (not tied)
+    if tied:
+        assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+
+    model_sdpa = load("sdpa")
+    ref64 = Float64Reference(folder)
+    assert getattr(model.config, "sliding_window", None) == ref64.window
+    if rope_params(model.config.to_dict())["rope_type"] == "llama3":
+        # Make sure all three llama3 bands (kept, interpolated, divided) occur.
+        ratio = ref64.inv_freq / rope_inv_freq({"rope_theta": model.config.rope_parameters["rope_theta"]},
+                                               ref64.head_dim)
+        factor = model.config.rope_parameters["factor"]
+        assert (ratio == 1).any() and (ratio == 1 / factor).any()
+        assert ((ratio < 1) & (ratio > 1 / factor)).any()
+    hf_inv_freq = model.model.rotary_emb.inv_freq.double()
+    inv_freq_diff = float((hf_inv_freq - ref64.inv_freq).abs().max() / ref64.inv_freq.abs().max())
+
+    vocab = model.config.vocab_size
+    tensors = {}
+    prompts = []
+    max_sdpa = max_f64 = 0.0
+    all_logits = []
+    for i, plen in enumerate(v["prompt_lens"]):
+        assert plen + GREEDY_STEPS <= model.config.max_position_embeddings
+        attempt = 0
+        while True:
+            gen = torch.Generator().manual_seed(v["seed"] * 1000 + i * 37 + attempt)
+            # Avoid the special ids 0..3 in prompts; any id is legal for the model.
+            ids = torch.randint(4, vocab, (plen,), generator=gen).tolist()
+            tokens, step_logits, margins = greedy(model, ids)
+            if min(margins) >= MIN_GREEDY_MARGIN and len(set(tokens)) >= MIN_DISTINCT_GREEDY:
+                break
+            attempt += 1
+            assert attempt < 50, f"{name}: no usable prompt of length {plen}"
+        prompt_logits = forward_logits(model, ids)
+        full = ids + tokens
+        # Logits at all positions of prompt + generated tokens: the greedy steps are rows
+        # plen-1 .. plen+30 of this one forward (causal), so check consistency too.
+        full_eager = forward_logits(model, full)
+        assert torch.allclose(full_eager[plen - 1:plen - 1 + GREEDY_STEPS], step_logits, atol=1e-4)
+        assert torch.allclose(full_eager[:plen], prompt_logits, atol=1e-4)
+        full_sdpa = forward_logits(model_sdpa, full)
+        full_64 = ref64.logits(full)
+        max_sdpa = max(max_sdpa, float((full_sdpa - full_eager).abs().max()))
+        max_f64 = max(max_f64, float((full_64 - full_eager.double()).abs().max()))
+
+        tensors[f"prompt{i}.logits"] = prompt_logits.contiguous()
+        tensors[f"prompt{i}.greedy_logits"] = step_logits.contiguous()
+        all_logits.append(prompt_logits.flatten())
+        all_logits.append(step_logits.flatten())
+        prompts.append(dict(
+            token_ids=ids,
+            greedy=tokens,
+            greedy_margins=[round(m, 6) for m in margins],
+            min_greedy_margin=round(min(margins), 6),
+            logits_tensor=f"prompt{i}.logits",
+            greedy_logits_tensor=f"prompt{i}.greedy_logits",
+        ))
+    save_file(tensors, str(folder / "reference.safetensors"), metadata={"format": "pt"})
+
+    logits_std = float(torch.cat(all_logits).std())
+    max_logit = float(torch.cat(all_logits).abs().max())
+    # Tolerance: the independent float64 forward differs from the HF float32 one only by
+    # float32 rounding and reduction order. An f32 engine with f32 accumulation sits at the
+    # same scale; allow 20x the worst difference seen, and never less than 1e-3.
+    worst = max(max_f64, max_sdpa)
+    tol = max(1e-3, float(f"{20 * worst:.1g}"))
+    mc = model.config
+    rp = rope_params(json.loads((folder / "config.json").read_text()))
+    head_dim = getattr(mc, "head_dim", None) or mc.hidden_size // mc.num_attention_heads
+    window = ref64.window
+    ref = dict(
+        name=name,
+        architecture=v["architecture"],
+        storage_dtype=v["storage_dtype"],
+        reference_dtype="float32",
+        attn_implementation="eager",
+        transformers_version=transformers.__version__,
+        torch_version=torch.__version__.split("+")[0],
+        exercises=v["exercises"],
+        config_style=v.get("config_style", "transformers5"),
+        checkpoint_files=sorted(p.name for p in folder.iterdir()
+                                if p.name.startswith("model") or p.name.endswith("config.json")),
+        model=dict(
+            vocab_size=mc.vocab_size,
+            hidden_size=mc.hidden_size,
+            num_hidden_layers=mc.num_hidden_layers,
+            num_attention_heads=mc.num_attention_heads,
+            num_key_value_heads=mc.num_key_value_heads,
+            head_dim=head_dim,
+            attention_scale=head_dim ** -0.5,
+            rms_norm_eps=mc.rms_norm_eps,
+            tie_word_embeddings=tied,
+            sliding_window=window,
+            sliding_window_rule=(None if window is None else
+                                 f"query at position p attends to keys k with p - {window} < k <= p "
+                                 f"(at most {window} keys, itself included)"),
+            qk_norm=any(k.endswith("q_norm.weight") for k in stored),
+            biases=sorted({k.split(".")[-2] for k in stored if k.endswith(".bias")}),
+            rope=dict(rp, layout="rotate_half (pairs i and i + head_dim/2)"),
+            rope_inv_freq=[float(x) for x in hf_inv_freq],
+        ),
+        prompts=prompts,
+        greedy_steps=GREEDY_STEPS,
+        tolerance=dict(
+            logits_abs=tol,
+            note=(
+                f"Absolute, on float32 logits (std {logits_std:.2f}). Observed over all prompt and "
+                f"greedy positions: independent float64 forward vs HF float32 eager max |diff| "
+                f"{max_f64:.2e}; HF sdpa vs eager {max_sdpa:.2e}. These are float32 "
+                f"rounding / reduction-order effects, so an f32 engine with f32 accumulation "
+                f"should land at the same scale; the bound is 20x the larger, at least 1e-3. "
+                f"Greedy tokens should match exactly: every greedy step has a top-1/top-2 gap "
+                f">= {MIN_GREEDY_MARGIN} (see greedy_margins), far above the tolerance."
+            ),
+        ),
+        checks=dict(
+            fp64_vs_fp32_max_abs=max_f64,
+            sdpa_vs_eager_max_abs=max_sdpa,
+            rope_inv_freq_hf_vs_fp64_max_rel=inv_freq_diff,
+        ),
+        logits_std=logits_std,
+    )
+    ref["logits_max_abs"] = max_logit
+    (folder / "reference.json").write_text(json.dumps(ref, indent=2) + "\n")
+    if max_sdpa > 1e-5 * max(1.0, max_logit):
+        print(f"WARNING {name}: sdpa vs eager differ by {max_sdpa:.2e}", file=sys.stderr)
+    if max_f64 > tol / 5:
+        print(f"WARNING {name}: float64 vs float32 differ by {max_f64:.2e}", file=sys.stderr)
+    return ref
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, default=HERE / "models")
+    ap.add_argument("--only", default="", help="comma-separated variant names")
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.use_deterministic_algorithms(True)
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    names = [n for n in args.only.split(",") if n]
+    known = {v["name"] for v in VARIANTS}
+    for n in names:
+        if n not in known:
+            ap.error(f"unknown variant {n}; known: {', '.join(sorted(known))}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    for v in VARIANTS:
+        if names and v["name"] not in names:
+            continue
+        ref = build_variant(v, args.out)
+        size = sum(p.stat().st_size for p in (args.out / v["name"]).iterdir())
+        print(f"{v['name']:20s} logits_std {ref['logits_std']:.2f}  "
+              f"fp64 {ref['checks']['fp64_vs_fp32_max_abs']:.2e}  "
+              f"sdpa {ref['checks']['sdpa_vs_eager_max_abs']:.2e}  "
+              f"min margin {min(p['min_greedy_margin'] for p in ref['prompts']):.3f}  "
+              f"tol {ref['tolerance']['logits_abs']:g}  {size / 1024:.0f} KiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
