@@ -184,10 +184,8 @@ absl::StatusOr<std::vector<OfflineResult>> OfflineRunner::Run() {
     const auto t0 = std::chrono::steady_clock::now();
     LOOM_ASSIGN_OR_RETURN(const StepResult result, executor_.Execute(plan));
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (stats_ != nullptr) {
-      stats_->prefill_tokens += prefill;
-      stats_->decode_tokens += decode;
-    }
+    if (stats_ != nullptr) (prefill > 0 ? stats_->prefill_tokens : stats_->decode_tokens) +=
+        prefill > 0 ? prefill : decode;
     LOOM_RETURN_IF_ERROR(Absorb(result, ms, prefill > 0));
   }
   // Release the engine state of the last finished sequences.

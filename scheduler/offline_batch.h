@@ -48,7 +48,10 @@ struct OfflineOptions {
   uint64_t first_seq_id = 1;
 };
 
-// Time and tokens by kind of step. A step that computes any prompt token counts as prefill.
+// Time and tokens by kind of step. A step that computes any prompt token is a prefill step:
+// prefill_tokens counts the prompt tokens of those steps and prefill_ms their time. decode_tokens
+// and decode_ms cover only the steps that compute no prompt token (decode tokens riding along in
+// a prefill step are in neither count), so decode_tokens / decode_ms is the generation speed.
 struct OfflineStats {
   int64_t num_steps = 0;
   int64_t prefill_tokens = 0;

@@ -3,8 +3,9 @@
 // Each pass walks the vocabulary in blocks of kBlock floats, kStep floats per iteration as
 // 4-lane (SSE2 / NEON) or 8-lane (AVX2, chosen at run time by cpu::SelectedIsa) vectors. The
 // kStep running sums are combined in one fixed order at the end of each block whatever the
-// width, and no fused multiply-add is used, so both widths give bit-identical results (which
-// the tests check) and a result never depends on the machine's load or threads. A block's tail
+// width, and no fused multiply-add is used, so both widths give bit-identical results (the
+// tests compare every lane with the scalar code; LOOM_CPU_ISA=scalar runs them on the 4-lane
+// path) and a result never depends on the machine's load or threads. A block's tail
 // shorter than kStep goes through 4-lane vectors padded with -inf. Block sums are added in
 // double, which keeps the relative error of a 150K-entry sum near that of one 512-entry block.
 #include <algorithm>

@@ -182,8 +182,9 @@ int32_t FallbackToken(int32_t vocab_size, const SamplerInput& input,
 SampleResult Sample(std::span<float> logits, const SamplerInput& input, SamplerScratch& scratch) {
   namespace si = sampling_internal;
   LOOM_CHECK(input.params != nullptr, "Sample needs sampling params");
-  LOOM_CHECK(!logits.empty() && logits.size() <= static_cast<size_t>(INT32_MAX),
-             "Sample needs 1 to 2^31-1 logits, got ", logits.size());
+  LOOM_CHECK(
+      !logits.empty() && logits.size() <= static_cast<size_t>(std::numeric_limits<int32_t>::max()),
+      "Sample needs 1 to 2^31-1 logits, got ", logits.size());
   const SamplingParams& params = *input.params;
   const int32_t vocab_size = static_cast<int32_t>(logits.size());
   if (params.logprobs >= 0) scratch.raw_logits.assign(logits.begin(), logits.end());

@@ -41,8 +41,9 @@ int32_t Argmax(std::span<const float> logits);
 
 // Turns processed logits into unnormalised probabilities in place: NaN becomes -inf, +inf the
 // largest finite float, then w = exp((logit - max) * min(1 / temperature, FLT_MAX)), so the
-// most likely token has w == 1 exactly. Returns the sum of w (f32 blocks accumulated in double), or 0 when no logit is
-// finite (logits are then left sanitised but not exponentiated). temperature > 0.
+// most likely token has w == 1 exactly. Returns the sum of w (f32 blocks accumulated in
+// double), or 0 when no logit is finite (logits are then left sanitised but not
+// exponentiated). temperature > 0.
 double ComputeWeights(std::span<float> logits, float temperature);
 
 // Steps 5 (truncation) and 6 (the draw) over weights from ComputeWeights (all in [0, 1], the

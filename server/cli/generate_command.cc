@@ -1,0 +1,202 @@
+// `loom generate`: load a model, run prompts to completion, print tokens and timings.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "engine/common/status.h"
+#include "engine/common/strings.h"
+#include "engine/runtime/local_executor.h"
+#include "kernels/cpu/cpu_features.h"
+#include "scheduler/offline_batch.h"
+#include "server/cli/commands.h"
+#include "server/cli/flags.h"
+
+namespace loom::cli {
+namespace {
+
+struct GenerateFlags {
+  std::string model;
+  std::vector<std::string> prompt_ids;
+  std::vector<std::string> prompts;
+  std::string backend = "cpu";
+  std::string kv_dtype = "bf16";
+  int64_t max_tokens = 32, threads = 0, block_size = 16, kv_cache_mb = 1024;
+  int64_t max_batch_tokens = 2048, prefill_chunk = 0, batch = 1, top_k = 0, logprobs = -1;
+  int64_t seed = 0;
+  double temperature = 0, top_p = 1, min_p = 0, repetition_penalty = 1;
+  double frequency_penalty = 0, presence_penalty = 0;
+  bool ignore_eos = false, json = false, fast_bf16_matmul = false;
+};
+
+void Declare(FlagSet& f, GenerateFlags& g) {
+  f.String("model", &g.model, "Hugging Face model folder (config.json, *.safetensors)");
+  f.Strings("prompt-ids", &g.prompt_ids, "prompt as comma-separated token ids (repeatable)");
+  f.Strings("prompt", &g.prompts, "prompt text (needs the tokenizer; repeatable)");
+  f.Int("max-tokens", &g.max_tokens, "tokens to generate per prompt");
+  f.Int("batch", &g.batch, "run each prompt this many times, as separate sequences");
+  f.Double("temperature", &g.temperature, "0 = greedy");
+  f.Int("top-k", &g.top_k, "keep the k most likely tokens (0 = off)");
+  f.Double("top-p", &g.top_p, "nucleus sampling mass");
+  f.Double("min-p", &g.min_p, "drop tokens below min-p times the top probability");
+  f.Double("repetition-penalty", &g.repetition_penalty, "Hugging Face repetition penalty");
+  f.Double("frequency-penalty", &g.frequency_penalty, "OpenAI frequency penalty");
+  f.Double("presence-penalty", &g.presence_penalty, "OpenAI presence penalty");
+  f.Int("seed", &g.seed, "random seed (sequence i uses seed + i)");
+  f.Int("logprobs", &g.logprobs, "report this many top log-probabilities per token (-1 = off)");
+  f.Bool("ignore-eos", &g.ignore_eos, "do not stop at the model's end-of-sequence tokens");
+  f.String("backend", &g.backend, "cpu or cuda");
+  f.Int("threads", &g.threads, "CPU threads (0 = all available cores)");
+  f.String("kv-dtype", &g.kv_dtype, "KV cache type: bf16, f16 or f32");
+  f.Int("block-size", &g.block_size, "tokens per KV block");
+  f.Int("kv-cache-mb", &g.kv_cache_mb, "KV cache size in MiB");
+  f.Int("max-batch-tokens", &g.max_batch_tokens, "most tokens computed in one step");
+  f.Int("prefill-chunk", &g.prefill_chunk, "most prompt tokens per sequence and step (0 = budget)");
+  f.Bool("fast-bf16-matmul", &g.fast_bf16_matmul,
+         "round prefill activations to bf16 once (faster, less exact)");
+  f.Bool("json", &g.json, "print one JSON object instead of text");
+}
+
+absl::StatusOr<DType> ParseKvDType(const std::string& name) {
+  if (name == "bf16") return DType::kBF16;
+  if (name == "f16") return DType::kF16;
+  if (name == "f32") return DType::kF32;
+  return absl::InvalidArgumentError(StrCat("--kv-dtype: '", name, "' (bf16, f16 or f32)"));
+}
+
+absl::StatusOr<EngineConfig> MakeEngineConfig(const GenerateFlags& g) {
+  if (g.model.empty()) return absl::InvalidArgumentError("--model is required");
+  EngineConfig config;
+  config.model_dir = g.model;
+  LOOM_ASSIGN_OR_RETURN(config.backend, ParseBackendKind(g.backend));
+  LOOM_ASSIGN_OR_RETURN(config.kv_dtype, ParseKvDType(g.kv_dtype));
+  config.num_threads = static_cast<int>(g.threads);
+  config.block_size = static_cast<int32_t>(g.block_size);
+  config.kv_cache_bytes = g.kv_cache_mb << 20;
+  config.max_num_batched_tokens = static_cast<int32_t>(g.max_batch_tokens);
+  config.fast_bf16_matmul = g.fast_bf16_matmul;
+  return config;
+}
+
+absl::StatusOr<std::vector<OfflineRequest>> MakeRequests(const GenerateFlags& g,
+                                                         const ModelInfo& info) {
+  if (!g.prompts.empty()) {
+    return absl::UnimplementedError(
+        "--prompt needs the tokenizer, which this build does not have yet; pass --prompt-ids");
+  }
+  if (g.prompt_ids.empty()) return absl::InvalidArgumentError("give at least one --prompt-ids");
+  if (g.max_tokens < 1 || g.batch < 1) {
+    return absl::InvalidArgumentError("--max-tokens and --batch must be positive");
+  }
+  std::vector<OfflineRequest> requests;
+  for (const std::string& text : g.prompt_ids) {
+    std::vector<int32_t> ids;
+    absl::Status status = ParseIntList(text, &ids);
+    if (!status.ok()) return absl::InvalidArgumentError(StrCat("--prompt-ids: ", status.message()));
+    OfflineRequest r;
+    for (int32_t id : ids) {
+      if (id < 0 || id >= info.vocab_size) {
+        return absl::InvalidArgumentError(
+            StrCat("--prompt-ids: token ", id, " is outside the vocabulary [0, ", info.vocab_size, ")"));
+      }
+      r.prompt.push_back(TokenId(id));
+    }
+    if (static_cast<int64_t>(r.prompt.size()) + g.max_tokens > info.max_context_len) {
+      return absl::InvalidArgumentError(StrCat("prompt of ", r.prompt.size(), " tokens plus ",
+                                               g.max_tokens, " new tokens exceeds the context of ",
+                                               info.max_context_len));
+    }
+    r.max_new_tokens = static_cast<int32_t>(g.max_tokens);
+    SamplingParams& s = r.sampling;
+    s.temperature = static_cast<float>(g.temperature);
+    s.top_k = static_cast<int32_t>(g.top_k);
+    s.top_p = static_cast<float>(g.top_p);
+    s.min_p = static_cast<float>(g.min_p);
+    s.repetition_penalty = static_cast<float>(g.repetition_penalty);
+    s.frequency_penalty = static_cast<float>(g.frequency_penalty);
+    s.presence_penalty = static_cast<float>(g.presence_penalty);
+    s.logprobs = static_cast<int32_t>(g.logprobs);
+    LOOM_RETURN_IF_ERROR(ValidateSamplingParams(s, info.vocab_size));
+    if (!g.ignore_eos) r.stop_token_ids = info.eos_token_ids;
+    for (int64_t b = 0; b < g.batch; ++b) {
+      r.sampling.seed = static_cast<uint64_t>(g.seed) + requests.size();
+      requests.push_back(r);
+    }
+  }
+  return requests;
+}
+
+double PerSecond(int64_t count, double ms) { return ms > 0 ? count * 1000.0 / ms : 0.0; }
+
+void Print(const GenerateFlags& g, const std::vector<OfflineRequest>& requests,
+           const std::vector<OfflineResult>& results, const OfflineStats& stats,
+           const LocalExecutor& executor) {
+  const double prefill_tps = PerSecond(stats.prefill_tokens, stats.prefill_ms);
+  const double decode_tps = PerSecond(stats.decode_tokens, stats.decode_ms);
+  if (g.json) {
+    std::string out = "{\"results\":[";
+    for (size_t i = 0; i < results.size(); ++i) {
+      out += StrCat(i ? "," : "", "{\"prompt_tokens\":", requests[i].prompt.size(),
+                    ",\"finish_reason\":\"",
+                    results[i].finish == OfflineFinish::kStopToken ? "stop" : "length",
+                    "\",\"tokens\":[");
+      for (size_t t = 0; t < results[i].output_tokens.size(); ++t) {
+        out += StrCat(t ? "," : "", results[i].output_tokens[t].value());
+      }
+      out += "]}";
+    }
+    out += StrCat("],\"timing\":{\"prefill_tokens\":", stats.prefill_tokens, ",\"prefill_ms\":",
+                  stats.prefill_ms, ",\"prefill_tokens_per_s\":", prefill_tps,
+                  ",\"decode_tokens\":", stats.decode_tokens, ",\"decode_ms\":", stats.decode_ms,
+                  ",\"decode_tokens_per_s\":", decode_tps, ",\"steps\":", stats.num_steps,
+                  ",\"threads\":", executor.num_threads(), "}}\n");
+    std::fputs(out.c_str(), stdout);
+    return;
+  }
+  for (size_t i = 0; i < results.size(); ++i) {
+    std::string line = StrCat("[", i, "] ", requests[i].prompt.size(), " prompt tokens -> ",
+                              results[i].output_tokens.size(), " tokens (",
+                              results[i].finish == OfflineFinish::kStopToken ? "stop" : "length",
+                              "):");
+    for (TokenId t : results[i].output_tokens) line += StrCat(" ", t.value());
+    std::printf("%s\n", line.c_str());
+  }
+  std::printf("prefill: %lld tokens in %.1f ms = %.1f tokens/s\n",
+              static_cast<long long>(stats.prefill_tokens), stats.prefill_ms, prefill_tps);
+  std::printf("decode:  %lld tokens in %.1f ms = %.1f tokens/s (%lld steps in all, %d threads)\n",
+              static_cast<long long>(stats.decode_tokens), stats.decode_ms, decode_tps,
+              static_cast<long long>(stats.num_steps), executor.num_threads());
+}
+
+}  // namespace
+
+int GenerateCommand(const std::vector<std::string>& args) {
+  GenerateFlags g;
+  FlagSet flags("usage: loom generate --model DIR --prompt-ids 1,2,3 [flags]");
+  Declare(flags, g);
+  absl::Status status = flags.Parse(args);
+  if (flags.help_requested()) {
+    std::printf("%s", flags.Help().c_str());
+    return 0;
+  }
+  auto fail = [](const absl::Status& s) {
+    std::fprintf(stderr, "loom generate: %s\n", std::string(s.message()).c_str());
+    return 2;
+  };
+  if (!status.ok()) return fail(status);
+  absl::StatusOr<EngineConfig> config = MakeEngineConfig(g);
+  if (!config.ok()) return fail(config.status());
+  absl::StatusOr<std::unique_ptr<LocalExecutor>> executor = LocalExecutor::Create(*config);
+  if (!executor.ok()) return fail(executor.status());
+  absl::StatusOr<std::vector<OfflineRequest>> requests = MakeRequests(g, (*executor)->model_info());
+  if (!requests.ok()) return fail(requests.status());
+  OfflineStats stats;
+  OfflineOptions options;
+  options.prefill_chunk = static_cast<int32_t>(g.prefill_chunk);
+  absl::StatusOr<std::vector<OfflineResult>> results =
+      RunOffline(**executor, *requests, options, &stats);
+  if (!results.ok()) return fail(results.status());
+  Print(g, *requests, *results, stats, **executor);
+  return 0;
+}
+
+}  // namespace loom::cli
