@@ -36,13 +36,17 @@ class OfflineRunner {
   absl::StatusOr<std::vector<OfflineResult>> Run();
 
  private:
-  int32_t BlocksFor(int32_t tokens) const {
-    const int32_t bs = executor_.capacity().block_size;
-    return (tokens + bs - 1) / bs;
+  // KV blocks a request needs for its prompt plus max_new_tokens.
+  int64_t BlocksFor(const OfflineRequest& r) const {
+    const int64_t bs = executor_.capacity().block_size;
+    return (static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens + bs - 1) / bs;
   }
-  absl::Status Admit(int64_t step);
+  absl::Status CheckRequests() const;
+  absl::Status Steps();
+  void Admit(int64_t step);
   StepPlan Plan(int64_t step);
   absl::Status Absorb(const StepResult& result, double elapsed_ms, bool had_prefill);
+  void ReleaseAfterFailure(const StepPlan& refused);
 
   Executor& executor_;
   std::span<const OfflineRequest> requests_;
@@ -57,25 +61,61 @@ class OfflineRunner {
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
-absl::Status OfflineRunner::Admit(int64_t step) {
+// Everything that would stop a request later is checked before the first step, so a refused
+// batch leaves the executor untouched.
+absl::Status OfflineRunner::CheckRequests() const {
+  const KvCapacity& cap = executor_.capacity();
+  if (cap.block_size < 1 || cap.max_num_seqs < 1 || budget_ < 1) {
+    return absl::InvalidArgumentError(
+        StrCat("executor capacity: block_size (", cap.block_size, "), max_num_seqs (",
+               cap.max_num_seqs, ") and the step token budget (", budget_,
+               ") must be positive"));
+  }
+  const ModelInfo& info = executor_.model_info();
+  for (size_t i = 0; i < requests_.size(); ++i) {
+    const OfflineRequest& r = requests_[i];
+    if (r.prompt.empty()) {
+      return absl::InvalidArgumentError(StrCat("request ", i, " has an empty prompt"));
+    }
+    if (r.max_new_tokens < 1) {
+      return absl::InvalidArgumentError(
+          StrCat("request ", i, " has max_new_tokens ", r.max_new_tokens, " (must be >= 1)"));
+    }
+    for (TokenId token : r.prompt) {
+      if (token.value() < 0 || token.value() >= info.vocab_size) {
+        return absl::InvalidArgumentError(StrCat("request ", i, " has token ", token,
+                                                 " outside the vocabulary [0, ", info.vocab_size,
+                                                 ")"));
+      }
+    }
+    const int64_t total = static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens;
+    if (total > info.max_context_len) {
+      return absl::InvalidArgumentError(StrCat("request ", i, ": ", r.prompt.size(),
+                                               " prompt tokens plus ", r.max_new_tokens,
+                                               " new tokens exceed the context of ",
+                                               info.max_context_len));
+    }
+    if (BlocksFor(r) > cap.num_blocks) {
+      return absl::ResourceExhaustedError(StrCat("request ", i, " needs ", BlocksFor(r),
+                                                 " KV blocks; the cache has ", cap.num_blocks));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void OfflineRunner::Admit(int64_t step) {
   const KvCapacity& cap = executor_.capacity();
   while (next_request_ < requests_.size() &&
          static_cast<int32_t>(running_.size()) < cap.max_num_seqs) {
     const OfflineRequest& r = requests_[next_request_];
     if (r.first_step > step) break;
-    if (r.prompt.empty()) return absl::InvalidArgumentError("request has an empty prompt");
-    const int32_t total = static_cast<int32_t>(r.prompt.size()) + r.max_new_tokens;
-    const int32_t need = BlocksFor(total);
-    if (need > cap.num_blocks) {
-      return absl::ResourceExhaustedError(StrCat("request ", next_request_, " needs ", need,
-                                                 " KV blocks; the cache has ", cap.num_blocks));
-    }
-    if (need > static_cast<int32_t>(free_blocks_.size())) break;
+    const int64_t need = BlocksFor(r);
+    if (need > static_cast<int64_t>(free_blocks_.size())) break;
     Running seq;
     seq.request = next_request_;
     seq.seq_id = SequenceId(options_.first_seq_id + next_request_);
     seq.num_tokens = static_cast<int32_t>(r.prompt.size());
-    for (int32_t i = 0; i < need; ++i) {
+    for (int64_t i = 0; i < need; ++i) {
       seq.blocks.push_back(free_blocks_.back());
       free_blocks_.pop_back();
     }
@@ -83,7 +123,6 @@ absl::Status OfflineRunner::Admit(int64_t step) {
     running_.push_back(std::move(seq));
     ++next_request_;
   }
-  return absl::OkStatus();
 }
 
 StepPlan OfflineRunner::Plan(int64_t step) {
@@ -162,9 +201,30 @@ absl::Status OfflineRunner::Absorb(const StepResult& result, double elapsed_ms, 
   return absl::OkStatus();
 }
 
+// After a failed step, drops the engine state of every sequence the executor still holds: those
+// it knew before `refused` (a refused plan changes nothing), including the ones `refused` was
+// finishing. Best effort: the original error is what the caller reports.
+void OfflineRunner::ReleaseAfterFailure(const StepPlan& refused) {
+  StepPlan release;
+  release.finished = refused.finished;
+  for (const Running& seq : running_) {
+    const bool new_in_refused =
+        std::any_of(refused.new_sequences.begin(), refused.new_sequences.end(),
+                    [&](const NewSequencePlan& p) { return p.seq_id == seq.seq_id; });
+    if (seq.started && !new_in_refused) release.finished.push_back(seq.seq_id);
+  }
+  if (!release.finished.empty()) (void)executor_.Execute(release);
+}
+
 absl::StatusOr<std::vector<OfflineResult>> OfflineRunner::Run() {
+  LOOM_RETURN_IF_ERROR(CheckRequests());
+  LOOM_RETURN_IF_ERROR(Steps());
+  return std::move(results_);
+}
+
+absl::Status OfflineRunner::Steps() {
   for (int64_t step = 0;; ++step) {
-    LOOM_RETURN_IF_ERROR(Admit(step));
+    Admit(step);
     if (running_.empty() && next_request_ == requests_.size()) break;
     StepPlan plan = Plan(step);
     int64_t prefill = 0, decode = 0;
@@ -182,11 +242,20 @@ absl::StatusOr<std::vector<OfflineResult>> OfflineRunner::Run() {
       for (Running& r : running_) if (r.seq_id == p.seq_id) r.num_computed += p.num_scheduled_tokens;
     }
     const auto t0 = std::chrono::steady_clock::now();
-    LOOM_ASSIGN_OR_RETURN(const StepResult result, executor_.Execute(plan));
+    absl::StatusOr<StepResult> result = executor_.Execute(plan);
+    if (!result.ok()) {
+      ReleaseAfterFailure(plan);
+      return result.status();
+    }
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (stats_ != nullptr) (prefill > 0 ? stats_->prefill_tokens : stats_->decode_tokens) +=
         prefill > 0 ? prefill : decode;
-    LOOM_RETURN_IF_ERROR(Absorb(result, ms, prefill > 0));
+    if (absl::Status absorbed = Absorb(*result, ms, prefill > 0); !absorbed.ok()) {
+      StepPlan none;
+      none.finished = std::move(finished_);
+      ReleaseAfterFailure(none);
+      return absorbed;
+    }
   }
   // Release the engine state of the last finished sequences.
   if (!finished_.empty()) {
@@ -194,7 +263,7 @@ absl::StatusOr<std::vector<OfflineResult>> OfflineRunner::Run() {
     last.finished = std::move(finished_);
     LOOM_RETURN_IF_ERROR(executor_.Execute(last).status());
   }
-  return std::move(results_);
+  return absl::OkStatus();
 }
 
 }  // namespace

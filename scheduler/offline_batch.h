@@ -62,6 +62,11 @@ struct OfflineStats {
   std::vector<double> first_token_ms;
 };
 
+// Results are in request order. Requests are checked before the first step: an empty prompt,
+// max_new_tokens < 1, a token outside the vocabulary, or a prompt plus max_new_tokens longer than
+// the context is InvalidArgument, and a KV demand larger than the whole cache ResourceExhausted,
+// each naming the request's index. When a step fails, the sequences the executor still holds are
+// released before the step's error is returned.
 absl::StatusOr<std::vector<OfflineResult>> RunOffline(Executor& executor,
                                                       std::span<const OfflineRequest> requests,
                                                       const OfflineOptions& options = {},

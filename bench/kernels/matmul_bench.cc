@@ -1,6 +1,8 @@
 // CPU matmul against its rooflines (Google Benchmark).
 //
-//   BM_ReadRoofline  DRAM read bandwidth with 1 or 8 concurrent streams per thread: the GEMV roof
+//   BM_ReadRoofline  DRAM read bandwidth with 1, 4 or 8 concurrent streams per thread: the GEMV roof
+//   BM_FmaPeak       f32 FMA throughput of 12 independent register chains: the GEMM roof without
+//                    AMX (AVX2 ymm, or AVX-512 zmm where the selected level has it)
 //   BM_Gemv          m = 1 on one 1.1B-shaped weight; GB/s = weight bytes / time
 //   BM_GemvSweep     m = 1..8 over a model's worth (> 1 GiB) of weights, layer after layer as a
 //                    decode step runs them (q/k/v and gate/up as groups), so caches cannot help
@@ -13,6 +15,7 @@
 // JSON output (--benchmark_format=json) carries "GB/s" or "GFLOP/s" directly. The instruction
 // set follows LOOM_CPU_ISA like the engine; the context line names the CPU and the level used.
 #include <benchmark/benchmark.h>
+#include <immintrin.h>
 
 #include <chrono>
 #include <cstdint>
@@ -91,27 +94,40 @@ void Check(benchmark::State& state, MatmulStatus status) {
   if (status != MatmulStatus::kOk) state.SkipWithError(std::string(MatmulStatusName(status)).c_str());
 }
 
-// Sums a 1 GiB buffer; each thread splits its half into `streams` equal parts read side by side.
+// Sums `bytes` from `data` as `kStreams` equal parts read side by side, 64 bytes per part per
+// step, with 256-bit loads (every level the kernels dispatch to has AVX2).
+template <int kStreams>
+__attribute__((target("avx2"))) uint64_t ReadStreams(const uint8_t* data, int64_t bytes) {
+  const int64_t part = bytes / kStreams / 64 * 64;
+  __m256i acc[kStreams];
+  for (int s = 0; s < kStreams; ++s) acc[s] = _mm256_setzero_si256();
+  for (int64_t i = 0; i < part; i += 64) {
+#pragma GCC unroll 8
+    for (int s = 0; s < kStreams; ++s) {
+      const auto* p = reinterpret_cast<const __m256i*>(data + s * part + i);
+      acc[s] = _mm256_add_epi64(acc[s], _mm256_xor_si256(_mm256_load_si256(p),
+                                                         _mm256_load_si256(p + 1)));
+    }
+  }
+  uint64_t sum = 0;
+  for (int s = 0; s < kStreams; ++s) sum += static_cast<uint64_t>(_mm256_extract_epi64(acc[s], 0));
+  return sum;
+}
+
+// Reads a 1 GiB buffer; each thread reads its half as 1, 4 or 8 concurrent streams.
 void BM_ReadRoofline(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
-  const int64_t streams = state.range(1);
+  const int streams = static_cast<int>(state.range(1));
   static Buffer buffer(size_t{1} << 30);
-  const int64_t words = static_cast<int64_t>(buffer.bytes() / 8);
-  const auto* data = reinterpret_cast<const uint64_t*>(buffer.data());
+  const int64_t slice = static_cast<int64_t>(buffer.bytes()) / threads;
   uint64_t sink[2] = {};
   const auto begin = Clock::now();
   for (auto _ : state) {
     Pool(threads).ParallelFor(threads, [&](int64_t t, int64_t, int) {
-      const int64_t slice = words / threads / streams / 8 * 8;
-      const uint64_t* base = data + t * (words / threads);
-      uint64_t sum = 0;
-      for (int64_t i = 0; i < slice; i += 8) {
-        for (int64_t s = 0; s < streams; ++s) {
-          const uint64_t* p = base + s * slice + i;
-          sum += p[0] ^ p[1] ^ p[2] ^ p[3] ^ p[4] ^ p[5] ^ p[6] ^ p[7];
-        }
-      }
-      sink[t] += sum;
+      const uint8_t* base = buffer.data() + t * slice;
+      sink[t] += streams == 1   ? ReadStreams<1>(base, slice)
+                 : streams == 4 ? ReadStreams<4>(base, slice)
+                                : ReadStreams<8>(base, slice);
     });
   }
   const double seconds = Seconds(begin, Clock::now());
@@ -119,7 +135,61 @@ void BM_ReadRoofline(benchmark::State& state) {
   state.counters["GB/s"] = static_cast<double>(buffer.bytes()) * state.iterations() / seconds / 1e9;
   state.SetLabel("threads=" + std::to_string(threads) + " streams=" + std::to_string(streams));
 }
-BENCHMARK(BM_ReadRoofline)->ArgsProduct({{1, 2}, {1, 8}})->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ReadRoofline)
+    ->ArgsProduct({{1, 2}, {1, 4, 8}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+// 12 independent FMA chains per thread on 8 (AVX2) or 16 (AVX-512) lanes; 2 flops per lane.
+__attribute__((target("avx2,fma"))) float FmaChainsAvx2(int64_t steps) {
+  __m256 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(static_cast<float>(i));
+  const __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(1e-3f);
+  for (int64_t s = 0; s < steps; ++s) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+  }
+  __m256 sum = acc[0];
+  for (int i = 1; i < 12; ++i) sum = _mm256_add_ps(sum, acc[i]);
+  return _mm256_cvtss_f32(sum);
+}
+__attribute__((target("avx512f"))) float FmaChainsAvx512(int64_t steps) {
+  __m512 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);
+  for (int64_t s = 0; s < steps; ++s) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+  }
+  __m512 sum = acc[0];
+  for (int i = 1; i < 12; ++i) sum = _mm512_add_ps(sum, acc[i]);
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, sum);
+  return lanes[0] + lanes[15];
+}
+
+void BM_FmaPeak(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  const bool avx512 = static_cast<int>(SelectedIsa()) >= static_cast<int>(Isa::kAvx512);
+  if (SelectedIsa() == Isa::kScalar) {
+    state.SkipWithError("no AVX2");
+    return;
+  }
+  constexpr int64_t kSteps = 1 << 22;
+  float sink[2] = {};
+  const auto begin = Clock::now();
+  for (auto _ : state) {
+    Pool(threads).ParallelFor(threads, [&](int64_t t, int64_t, int) {
+      sink[t] += avx512 ? FmaChainsAvx512(kSteps) : FmaChainsAvx2(kSteps);
+    });
+  }
+  const double seconds = Seconds(begin, Clock::now());
+  benchmark::DoNotOptimize(sink);
+  const double flops = 2.0 * 12 * (avx512 ? 16 : 8) * kSteps * threads;
+  state.counters["GFLOP/s"] = flops * state.iterations() / seconds / 1e9;
+  state.SetLabel(std::string(avx512 ? "avx512" : "avx2") + " threads=" + std::to_string(threads));
+}
+BENCHMARK(BM_FmaPeak)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // Args: dtype index, shape index, threads.
 void BM_Gemv(benchmark::State& state) {
@@ -183,7 +253,8 @@ ModelWeights& Model(DType dtype) {
 
 // One decode step's matmuls over all layers (attention and activations left out).
 MatmulStatus RunSweep(ModelWeights& w, int64_t m, const float* x_hidden, const float* x_ffn,
-                      float* y_qkv, float* y_ffn, float* y_out, ThreadPool& pool) {
+                      float* y_qkv, float* y_ffn, float* y_out, ThreadPool& pool,
+                      std::vector<uint8_t>& ws) {
   constexpr int64_t kH = ModelWeights::kHidden, kKv = ModelWeights::kKv, kF = ModelWeights::kFfn;
   const MatmulInput hidden{x_hidden, m, kH, kH};
   const MatmulInput ffn{x_ffn, m, kF, kF};
@@ -196,10 +267,12 @@ MatmulStatus RunSweep(ModelWeights& w, int64_t m, const float* x_hidden, const f
     const MatmulProjection gate_up[2] = {{w.gate[l]->data(), w.dtype, kF, nullptr, y_ffn, 2 * kF},
                                          {w.up[l]->data(), w.dtype, kF, nullptr, y_ffn + kF, 2 * kF}};
     const MatmulStatus statuses[4] = {
-        MatmulGroup(hidden, qkv, pool, nullptr, 0),
-        Matmul(hidden, {w.o[l]->data(), w.dtype, kH, nullptr, y_out, kH}, pool, nullptr, 0),
-        MatmulGroup(hidden, gate_up, pool, nullptr, 0),
-        Matmul(ffn, {w.down[l]->data(), w.dtype, kH, nullptr, y_out, kH}, pool, nullptr, 0)};
+        MatmulGroup(hidden, qkv, pool, ws.data(), ws.size()),
+        Matmul(hidden, {w.o[l]->data(), w.dtype, kH, nullptr, y_out, kH}, pool, ws.data(),
+               ws.size()),
+        MatmulGroup(hidden, gate_up, pool, ws.data(), ws.size()),
+        Matmul(ffn, {w.down[l]->data(), w.dtype, kH, nullptr, y_out, kH}, pool, ws.data(),
+               ws.size())};
     for (MatmulStatus s : statuses) status = s != MatmulStatus::kOk ? s : status;
   }
   return status;
@@ -216,10 +289,11 @@ void BM_GemvSweep(benchmark::State& state) {
   std::vector<float> y_qkv(static_cast<size_t>(m * (ModelWeights::kHidden + 2 * ModelWeights::kKv)));
   std::vector<float> y_ffn(static_cast<size_t>(m * 2 * ModelWeights::kFfn));
   std::vector<float> y_out(static_cast<size_t>(m * ModelWeights::kHidden));
+  std::vector<uint8_t> ws(MatmulWorkspaceBytes(m, ModelWeights::kFfn, threads));
   const auto begin = Clock::now();
   for (auto _ : state) {
     Check(state, RunSweep(w, m, x_hidden.data(), x_ffn.data(), y_qkv.data(), y_ffn.data(),
-                          y_out.data(), Pool(threads)));
+                          y_out.data(), Pool(threads), ws));
   }
   const double seconds = Seconds(begin, Clock::now());
   state.counters["GB/s"] = static_cast<double>(w.bytes) * state.iterations() / seconds / 1e9;

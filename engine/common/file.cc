@@ -12,11 +12,13 @@
 namespace loom {
 
 absl::StatusOr<std::string> ReadFile(const std::string& path, int64_t max_bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     const int err = errno;
     const std::string message = StrCat(path, ": ", std::strerror(err));
-    return err == ENOENT ? absl::NotFoundError(message) : absl::PermissionDeniedError(message);
+    if (err == ENOENT || err == ENOTDIR) return absl::NotFoundError(message);
+    return absl::Status(absl::ErrnoToStatusCode(err), message);
   }
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -50,6 +52,7 @@ bool FileExists(const std::string& path) {
 
 std::string_view BaseName(std::string_view path) {
   while (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
+  if (path == "/") return path;
   const size_t slash = path.rfind('/');
   return slash == std::string_view::npos ? path : path.substr(slash + 1);
 }

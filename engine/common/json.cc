@@ -11,15 +11,45 @@ namespace {
 
 std::string Where(const std::string& path) { return path.empty() ? "<root>" : path; }
 
+// Offset of the bracket that opens a level deeper than kMaxJsonDepth, or -1. Brackets inside
+// strings do not count; malformed input is left to the parser.
+int64_t FindTooDeep(std::string_view text) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) return static_cast<int64_t>(i);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return -1;
+}
+
 }  // namespace
 
 absl::StatusOr<Json> Json::Parse(std::string_view text, std::string_view what) {
+  if (const int64_t offset = FindTooDeep(text); offset >= 0) {
+    return absl::InvalidArgumentError(StrCat(what, ": invalid JSON at byte offset ", offset,
+                                             ": nested deeper than ", kMaxJsonDepth, " levels"));
+  }
   auto doc = std::make_shared<nlohmann::json>();
   try {
     *doc = nlohmann::json::parse(text.begin(), text.end());
   } catch (const nlohmann::json::parse_error& e) {
+    // e.byte counts the bytes read, the failing one included: the offset is one less.
+    const size_t offset = e.byte > 0 ? e.byte - 1 : 0;
     return absl::InvalidArgumentError(
-        StrCat(what, ": invalid JSON at byte ", e.byte, ": ", e.what()));
+        StrCat(what, ": invalid JSON at byte offset ", offset, ": ", e.what()));
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(StrCat(what, ": invalid JSON: ", e.what()));
   }
@@ -92,7 +122,9 @@ std::vector<std::pair<std::string, Json>> Json::Items() const {
 size_t Json::size() const { return node_->is_array() ? node_->size() : 0; }
 
 Json Json::operator[](size_t index) const {
-  return Json(doc_, &(*node_)[index], StrCat(path_, "[", index, "]"));
+  static const nlohmann::json* const kNull = new nlohmann::json();
+  const bool inside = node_->is_array() && index < node_->size();
+  return Json(doc_, inside ? &(*node_)[index] : kNull, StrCat(path_, "[", index, "]"));
 }
 
 absl::StatusOr<int64_t> Json::AsInt() const {
@@ -135,16 +167,15 @@ absl::StatusOr<bool> Json::AsBool() const {
 
 namespace {
 
-// Shared shape of the Get<Type> helpers: missing or null gives the fallback (or NotFound).
+// Shared shape of the Get<Type> helpers: missing or null gives the fallback; without one,
+// missing is Get's error and null is the conversion's ("<path> is null, expected ...").
 template <typename T, typename Convert>
 absl::StatusOr<T> GetOr(const Json& json, std::string_view key, const std::optional<T>& fallback,
                         Convert convert) {
   std::optional<Json> found = json.Find(key);
   if (!found || found->IsNull()) {
     if (fallback) return *fallback;
-    return json.Get(key).status().ok()
-               ? absl::InvalidArgumentError(StrCat("'", key, "' is null"))
-               : json.Get(key).status();
+    if (!found) return json.Get(key).status();
   }
   return convert(*found);
 }

@@ -20,9 +20,14 @@
 
 namespace loom {
 
+// Deepest nesting of arrays and objects Parse accepts. Deeper input is refused, so no walk of a
+// parsed document (Dump, destruction) can exhaust the stack on hostile input.
+inline constexpr int kMaxJsonDepth = 1000;
+
 class Json {
  public:
-  // Parses `text`; a syntax error names the byte offset. `what` names the source in messages.
+  // Parses `text`; a syntax error names its 0-based byte offset. `what` names the source in
+  // messages.
   static absl::StatusOr<Json> Parse(std::string_view text, std::string_view what = "JSON");
 
   bool IsNull() const;
@@ -37,10 +42,11 @@ class Json {
   bool Has(std::string_view key) const;
   std::optional<Json> Find(std::string_view key) const;
   absl::StatusOr<Json> Get(std::string_view key) const;
-  // Member names and values in document order (empty unless an object).
+  // Member names and values, sorted by name (empty unless an object).
   std::vector<std::pair<std::string, Json>> Items() const;
 
-  // Array elements (empty unless an array).
+  // Array elements (empty unless an array). An index past the end, or into something that is not
+  // an array, gives a null node whose path names the index.
   size_t size() const;
   Json operator[](size_t index) const;
 

@@ -2,8 +2,9 @@
 //
 // Abseil's own StrCat is not used directly because the Debian build of Abseil has its own
 // string_view type that std::string_view does not convert to; this one takes std::string_view,
-// std::string, C strings, characters, integers, floating-point numbers (shortest %g-style text,
-// as absl::StrCat) and strong ids (anything with a `value()` returning an integer).
+// std::string, C strings, characters, integers, floating-point numbers (%g-style text with six
+// significant digits, as absl::StrCat) and strong ids (anything with a `value()` returning an
+// integer).
 #pragma once
 
 #include <concepts>

@@ -26,10 +26,11 @@ struct Architecture {
 const std::vector<Architecture>& Architectures();
 
 // Parses config.json text: finds the architecture and runs its parser. An unknown architecture
-// is an Unimplemented error that lists the supported ones.
+// is an Unimplemented error that lists the supported ones. Every error message starts with
+// "config.json: ".
 absl::StatusOr<ModelConfig> ParseModelConfig(const Json& config);
 
-// The parse functions, one per file.
+// The parse functions, one per file. Their messages name the key at fault, not the file.
 absl::StatusOr<ModelConfig> ParseLlamaConfig(const Json& config);
 absl::StatusOr<ModelConfig> ParseMistralConfig(const Json& config);
 absl::StatusOr<ModelConfig> ParseQwen2Config(const Json& config);

@@ -19,7 +19,7 @@ absl::StatusOr<ModelConfig> ParseMistralConfig(const Json& config) {
       LOOM_ASSIGN_OR_RETURN(window, node->AsInt());
       if (window <= 0) {
         return absl::InvalidArgumentError(
-            StrCat("config.json: sliding_window must be positive or null, got ", window));
+            StrCat("sliding_window must be positive or null, got ", window));
       }
     }
   }

@@ -9,12 +9,14 @@
 namespace loom {
 namespace {
 
+constexpr int32_t kMaxLayers = 1 << 16;
+
 absl::Status Invalid(std::string_view message) {
-  return absl::InvalidArgumentError(StrCat("config.json: ", message));
+  return absl::InvalidArgumentError(std::string(message));
 }
 
 absl::Status Unsupported(std::string_view message) {
-  return absl::UnimplementedError(StrCat("config.json: ", message));
+  return absl::UnimplementedError(std::string(message));
 }
 
 absl::StatusOr<int32_t> PositiveInt(const Json& config, std::string_view key,
@@ -97,6 +99,9 @@ absl::Status ParseRopeScaling(const Json& scaling, RopeConfig& rope) {
 
 absl::Status ParseRope(const Json& config, double default_theta, RopeConfig& rope) {
   LOOM_ASSIGN_OR_RETURN(rope.theta, config.GetDouble("rope_theta", default_theta));
+  // transformers 4 keeps partial_rotary_factor at the top level, transformers 5 in the dict.
+  LOOM_ASSIGN_OR_RETURN(const double partial, config.GetDouble("partial_rotary_factor", 1.0));
+  if (partial != 1.0) return Unsupported("partial_rotary_factor other than 1 is not supported");
   std::optional<Json> scaling = config.Find("rope_parameters");
   if (!scaling || scaling->IsNull()) scaling = config.Find("rope_scaling");
   if (scaling && !scaling->IsNull()) {
@@ -117,6 +122,11 @@ absl::Status ParseSizes(const Json& config, int32_t default_head_dim, ModelConfi
   LOOM_ASSIGN_OR_RETURN(m.hidden_size, PositiveInt(config, "hidden_size"));
   LOOM_ASSIGN_OR_RETURN(m.intermediate_size, PositiveInt(config, "intermediate_size"));
   LOOM_ASSIGN_OR_RETURN(m.num_layers, PositiveInt(config, "num_hidden_layers"));
+  // Per-layer state is allocated from this count before the checkpoint is looked at.
+  if (m.num_layers > kMaxLayers) {
+    return Invalid(
+        StrCat("num_hidden_layers must be at most ", kMaxLayers, ", got ", m.num_layers));
+  }
   LOOM_ASSIGN_OR_RETURN(m.num_heads, PositiveInt(config, "num_attention_heads"));
   LOOM_ASSIGN_OR_RETURN(m.num_kv_heads, PositiveInt(config, "num_key_value_heads", m.num_heads));
   if (m.num_heads % m.num_kv_heads != 0) {
@@ -134,6 +144,11 @@ absl::Status ParseSizes(const Json& config, int32_t default_head_dim, ModelConfi
   LOOM_ASSIGN_OR_RETURN(m.head_dim, PositiveInt(config, "head_dim", default_head_dim));
   if (m.head_dim % 2 != 0 || m.head_dim > 512) {
     return Unsupported(StrCat("head_dim ", m.head_dim, " (must be even and at most 512)"));
+  }
+  // q_dim() and kv_dim() are int32 products.
+  if (int64_t{m.num_heads} * m.head_dim > (int64_t{1} << 30)) {
+    return Invalid(StrCat("num_attention_heads (", m.num_heads, ") times head_dim (", m.head_dim,
+                          ") is too large"));
   }
   return absl::OkStatus();
 }
@@ -172,6 +187,10 @@ absl::StatusOr<ModelConfig> ParseDecoderConfig(const Json& config,
 absl::Status ParseQwenSlidingWindow(const Json& config, ModelConfig& model) {
   LOOM_ASSIGN_OR_RETURN(const bool enabled, config.GetBool("use_sliding_window", false));
   if (!enabled) return absl::OkStatus();
+  // Absent means the configuration class's default; null means no window (transformers then
+  // makes every layer a full-attention one).
+  std::optional<Json> node = config.Find("sliding_window");
+  if (node && node->IsNull()) return absl::OkStatus();
   LOOM_ASSIGN_OR_RETURN(const int64_t window, config.GetInt("sliding_window", 4096));
   if (window <= 0) return Invalid(StrCat("sliding_window must be positive, got ", window));
   const int32_t effective = window >= model.max_position_embeddings ? 0 : static_cast<int32_t>(window);
@@ -197,10 +216,11 @@ absl::Status ParseQwenSlidingWindow(const Json& config, ModelConfig& model) {
 }
 
 absl::Status MergeGenerationConfig(const Json& generation_config, ModelConfig& model) {
-  if (!generation_config.IsObject()) {
-    return absl::InvalidArgumentError("generation_config.json: the top level must be an object");
-  }
-  return AppendTokenIds(generation_config, "eos_token_id", model.eos_token_ids);
+  absl::Status status = generation_config.IsObject()
+                            ? AppendTokenIds(generation_config, "eos_token_id", model.eos_token_ids)
+                            : Invalid("the top level must be an object");
+  if (status.ok()) return status;
+  return absl::Status(status.code(), StrCat("generation_config.json: ", status.message()));
 }
 
 }  // namespace loom

@@ -82,6 +82,7 @@ absl::StatusOr<ModelConfig> ParseDecoderConfig(const Json& config, const Decoder
 absl::Status ParseQwenSlidingWindow(const Json& config, ModelConfig& model);
 
 // Adds eos ids from generation_config.json (an int or a list) to `model`, without duplicates.
+// Error messages start with "generation_config.json: ".
 absl::Status MergeGenerationConfig(const Json& generation_config, ModelConfig& model);
 
 }  // namespace loom

@@ -14,11 +14,13 @@ const std::vector<Architecture>& Architectures() {
   return kArchitectures;
 }
 
-absl::StatusOr<ModelConfig> ParseModelConfig(const Json& config) {
+namespace {
+
+absl::StatusOr<ModelConfig> ParseArchitecture(const Json& config) {
   std::optional<Json> list = config.Find("architectures");
   if (!list || !list->IsArray() || list->size() == 0) {
     return absl::InvalidArgumentError(
-        "config.json: 'architectures' must be a non-empty list naming the model class");
+        "'architectures' must be a non-empty list naming the model class");
   }
   LOOM_ASSIGN_OR_RETURN(const std::string name, (*list)[0].AsString());
   std::string supported;
@@ -26,8 +28,16 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const Json& config) {
     if (arch.name == name) return arch.parse_config(config);
     supported = StrCat(supported, supported.empty() ? "" : ", ", arch.name);
   }
-  return absl::UnimplementedError(StrCat("config.json: architecture '", name,
-                                         "' is not supported (supported: ", supported, ")"));
+  return absl::UnimplementedError(
+      StrCat("architecture '", name, "' is not supported (supported: ", supported, ")"));
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ParseModelConfig(const Json& config) {
+  absl::StatusOr<ModelConfig> model = ParseArchitecture(config);
+  if (model.ok()) return model;
+  return absl::Status(model.status().code(), StrCat("config.json: ", model.status().message()));
 }
 
 }  // namespace loom

@@ -14,7 +14,7 @@ struct EngineConfig {
   // A Hugging Face model folder (config.json, *.safetensors).
   std::string model_dir;
   BackendKind backend = BackendKind::kCpu;
-  // CPU worker threads; 0 = one per available core.
+  // CPU worker threads; 0 = one per available core. At most 1024.
   int num_threads = 0;
   // KV cache element type: f32, bf16 or f16.
   DType kv_dtype = DType::kBF16;

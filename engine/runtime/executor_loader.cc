@@ -13,6 +13,8 @@
 namespace loom {
 namespace {
 
+constexpr int kMaxThreads = 1024;
+
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir) {
   LOOM_ASSIGN_OR_RETURN(const std::string text, ReadFile(dir + "/config.json", 16 << 20));
   LOOM_ASSIGN_OR_RETURN(const Json json, Json::Parse(text, dir + "/config.json"));
@@ -39,6 +41,11 @@ absl::Status CheckEngineConfig(const EngineConfig& c) {
   }
   if (c.num_kv_blocks < 0 || c.kv_cache_bytes < 0 || c.max_context_len < 0 || c.num_threads < 0) {
     return absl::InvalidArgumentError("KV cache size, context length and threads must be >= 0");
+  }
+  // Thread creation failing is fatal without exceptions: refuse absurd counts up front.
+  if (c.num_threads > kMaxThreads) {
+    return absl::InvalidArgumentError(
+        StrCat("num_threads must be at most ", kMaxThreads, ", got ", c.num_threads));
   }
   return absl::OkStatus();
 }
@@ -121,7 +128,7 @@ absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(const Engin
   if (num_blocks == 0) num_blocks = config.kv_cache_bytes / shape.BytesPerBlock();
   // More blocks than max_num_seqs full-length sequences could use is wasted memory.
   const int64_t blocks_per_seq = (ex->info_.max_context_len + config.block_size - 1) / config.block_size;
-  num_blocks = std::min(num_blocks, blocks_per_seq * config.max_num_seqs);
+  num_blocks = std::min({num_blocks, blocks_per_seq * config.max_num_seqs, int64_t{INT32_MAX}});
   if (num_blocks < 1) {
     return absl::InvalidArgumentError(StrCat("KV cache of ", config.kv_cache_bytes,
                                              " bytes holds no block of ", shape.BytesPerBlock(),

@@ -47,7 +47,7 @@ absl::Status LocalExecutor::ValidateNew(const NewSequencePlan& p) const {
                       " for ", len, " tokens"));
   }
   if (p.num_computed_tokens < 0 || p.num_scheduled_tokens < 1 ||
-      p.num_computed_tokens + p.num_scheduled_tokens > len) {
+      int64_t{p.num_computed_tokens} + p.num_scheduled_tokens > len) {
     return Bad(StrCat("sequence ", p.seq_id, " schedules ", p.num_scheduled_tokens,
                       " tokens after ", p.num_computed_tokens, " of ", len));
   }

@@ -55,8 +55,9 @@ void PagedAttention(ThreadPool& pool, const PagedAttentionArgs& args, void* work
   const int64_t num_items = CountItems(args, rows_per_item);
   if (num_items == 0) return;
 
-  // Item table: ordered longest-first within a sequence is not needed; threads pull items in
-  // order from a counter, and the last tiles of a long prompt (the costliest) come first.
+  // Item table. Threads pull items in table order from a shared counter; each sequence's tiles
+  // are listed last-rows-first, so the costliest tiles of a long causal prompt start early and
+  // the cheap ones fill the gaps at the end.
   char* base = static_cast<char*>(workspace);
   auto* counter = reinterpret_cast<std::atomic<int64_t>*>(base);
   new (counter) std::atomic<int64_t>(0);

@@ -39,6 +39,14 @@ void WriteBiasOnly(const MatmulInput& x, std::span<const MatmulProjection> proje
   }
 }
 
+// The tile path multiplies bf16 weights only; a group with other dtypes runs the AVX-512 GEMM.
+bool AllBf16(std::span<const MatmulProjection> projections) {
+  for (const MatmulProjection& p : projections) {
+    if (p.dtype != DType::kBF16) return false;
+  }
+  return true;
+}
+
 void Run(Isa isa, MatmulPath path, const GroupArgs& args, ThreadPool& pool) {
   namespace mi = matmul_internal;
   const bool gemv = path == MatmulPath::kGemv;
@@ -46,8 +54,28 @@ void Run(Isa isa, MatmulPath path, const GroupArgs& args, ThreadPool& pool) {
     case Isa::kScalar: return gemv ? mi::GemvScalar(args, pool) : mi::GemmScalar(args, pool);
     case Isa::kAvx2: return gemv ? mi::GemvAvx2(args, pool) : mi::GemmAvx2(args, pool);
     case Isa::kAvx512: return gemv ? mi::GemvAvx512(args, pool) : mi::GemmAvx512(args, pool);
-    case Isa::kAmx: return gemv ? mi::GemvAvx512(args, pool) : mi::GemmAmx(args, pool);
+    case Isa::kAmx:
+      if (gemv) return mi::GemvAvx512(args, pool);
+      return AllBf16(args.projections) ? mi::GemmAmx(args, pool) : mi::GemmAvx512(args, pool);
   }
+}
+
+// Workspace of the GEMM path on `isa` (the GEMV paths and the scalar GEMM need none).
+size_t GemmWorkspaceBytes(Isa isa, int64_t m, int64_t k, int num_threads,
+                          MatmulPrecision precision) {
+  namespace mi = matmul_internal;
+  switch (isa) {
+    case Isa::kScalar: return 0;
+    case Isa::kAvx2: return mi::GemmAvx2WorkspaceBytes(m, k, num_threads);
+    case Isa::kAvx512: return mi::GemmAvx512WorkspaceBytes(m, k, num_threads);
+    case Isa::kAmx: {
+      // The dtype is not known here: enough for the tiles and for the AVX-512 fallback.
+      const size_t amx = mi::GemmAmxWorkspaceBytes(m, k, num_threads, precision);
+      const size_t fma = mi::GemmAvx512WorkspaceBytes(m, k, num_threads);
+      return amx > fma ? amx : fma;
+    }
+  }
+  return 0;
 }
 
 }  // namespace
@@ -81,10 +109,8 @@ MatmulPath ChooseMatmulPath(int64_t m, const MatmulOptions& options) {
 
 size_t MatmulWorkspaceBytes(int64_t m, int64_t k, int num_threads, const MatmulOptions& options) {
   if (m <= 0 || k <= 0) return 0;
-  if (ResolveIsa(options) != Isa::kAmx || ChooseMatmulPath(m, options) != MatmulPath::kGemm) {
-    return 0;
-  }
-  return matmul_internal::GemmAmxWorkspaceBytes(m, k, num_threads, options.precision);
+  if (ChooseMatmulPath(m, options) != MatmulPath::kGemm) return 0;
+  return GemmWorkspaceBytes(ResolveIsa(options), m, k, num_threads, options.precision);
 }
 
 MatmulStatus Matmul(const MatmulInput& x, const MatmulProjection& projection, ThreadPool& pool,

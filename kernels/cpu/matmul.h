@@ -11,7 +11,9 @@
 //     row is read from memory once and dotted with all m rows of x.
 //   GEMM (prefill, large m): compute bound. With AMX and bf16 weights, W tiles are loaded from the
 //     mapping as the A operand of y^T = W · x^T and x is packed into bf16 tiles (split into
-//     hi + lo halves by default, see MatmulPrecision). Otherwise a cache-blocked FMA kernel.
+//     hi + lo halves by default, see MatmulPrecision). Otherwise a cache-blocked FMA kernel: x is
+//     packed into token panels and each thread widens small blocks of its weight rows to f32 in
+//     the workspace just before broadcasting them against the panels.
 //
 // The group form runs several weights that share x (q/k/v, gate/up) in one parallel region: their
 // rows are concatenated and split evenly over the threads.
@@ -22,7 +24,7 @@
 // default precision a token's output does not depend on the batch it is in beyond ~1e-5 relative.
 //
 // Threading: call from one thread at a time per ThreadPool (the pool's rule). No allocation, no
-// logging; the AMX path needs a caller-provided workspace (MatmulWorkspaceBytes).
+// logging; the GEMM paths take a caller-provided workspace (MatmulWorkspaceBytes).
 #pragma once
 
 #include <cstddef>

@@ -1,8 +1,9 @@
-// AVX2 + FMA + F16C matmul: the FMA kernel of matmul_fma_inl.h on 8-lane ymm vectors.
+// AVX2 + FMA + F16C matmul: the kernels of matmul_dot_inl.h (GEMV) and matmul_panel_inl.h (GEMM)
+// on 8-lane ymm vectors.
 //
-// Tiles (16 ymm registers): GEMV keeps m * kNr accumulators with kNr = 8, 6, 4, 3 for
-// m = 1, 2, 3, >= 4 (8 to 12 concurrent weight-row streams per thread, prefetched 1 KiB ahead);
-// GEMM uses 3 x rows by 4 weight rows (12 accumulators + 3 x vectors + 1 weight vector).
+// Tiles (16 ymm registers): GEMV keeps m * kNr accumulators with kNr = 4 for m <= 3 and 3 for
+// m >= 4 (that many concurrent weight-row streams per thread);
+// GEMM keeps 6 weight rows × 16 tokens (12 accumulators + 2 x vectors + 1 broadcast).
 // bf16 widens by vpmovzxwd + vpslld 16, f16 by vcvtph2ps; tails (k % 8) load through a masked
 // load (f32) or a zero-padded copy (16-bit types), never past the row.
 #include <immintrin.h>
@@ -10,7 +11,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/cpu/matmul_fma_inl.h"
+#include "kernels/cpu/matmul_dot_inl.h"
+#include "kernels/cpu/matmul_panel_inl.h"
 
 namespace loom::cpu::matmul_internal {
 namespace {
@@ -22,6 +24,9 @@ struct Avx2 {
   static V Zero() { return _mm256_setzero_ps(); }
   static V Fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
   static V LoadX(const float* p) { return _mm256_loadu_ps(p); }
+  static V Add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V Broadcast(const float* p) { return _mm256_broadcast_ss(p); }
+  static void Store(float* p, V v) { _mm256_storeu_ps(p, v); }
   static __m256i LaneMask(int count) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(count), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   }
@@ -60,22 +65,36 @@ struct Avx2 {
   static void Prefetch(const char* p) { _mm_prefetch(p, _MM_HINT_T0); }
 };
 
-// GEMM: x rows per block, k per block, weight rows per block (see matmul_fma_inl.h).
-constexpr FmaBlocking kGemmBlocking = {48, 512, 64};
+// GEMV: weight rows walked side by side (kNr = 4, or 3 for m >= 4 to stay within 12
+// accumulators) and no software prefetch. Measured over a 1 GiB sweep on the AMD EPYC (Zen 3)
+// development machine: 4 concurrent rows per thread beat 1, 2 and 8 with two threads, and
+// prefetching 256 B to 2 KiB ahead only lost bandwidth (bench/results/cpu_matmul.md).
+constexpr int kGemvPrefetchBytes = 0;
+
+// GEMM (matmul_panel_inl.h): 6 weight rows per tile; tokens, k and weight rows per block, sized
+// for a 32 KiB L1 (a 16-token panel of kc: 16 KiB) and a 512 KiB L2 (block + accumulator +
+// x^T of mc tokens: 224 KiB).
+constexpr int kGemmRows = 6;
+constexpr PanelBlocking kGemmBlocking = {128, 256, 96};
+constexpr int64_t kGemmPanel = 16;
 
 }  // namespace
 
 void GemvAvx2(const GroupArgs& args, ThreadPool& pool) {
   switch (args.x.m) {
-    case 1: RunGroup<Avx2, 1, 8, true>(args, pool, GemvBlocking(args.x, 8)); break;
-    case 2: RunGroup<Avx2, 2, 6, true>(args, pool, GemvBlocking(args.x, 6)); break;
-    case 3: RunGroup<Avx2, 3, 4, true>(args, pool, GemvBlocking(args.x, 4)); break;
-    default: RunGroup<Avx2, 4, 3, true>(args, pool, GemvBlocking(args.x, 3)); break;
+    case 1: RunGroup<Avx2, 1, 4, kGemvPrefetchBytes>(args, pool, GemvBlocking(args.x, 4)); break;
+    case 2: RunGroup<Avx2, 2, 4, kGemvPrefetchBytes>(args, pool, GemvBlocking(args.x, 4)); break;
+    case 3: RunGroup<Avx2, 3, 4, kGemvPrefetchBytes>(args, pool, GemvBlocking(args.x, 4)); break;
+    default: RunGroup<Avx2, 4, 3, kGemvPrefetchBytes>(args, pool, GemvBlocking(args.x, 3)); break;
   }
 }
 
 void GemmAvx2(const GroupArgs& args, ThreadPool& pool) {
-  RunGroup<Avx2, 3, 4, false>(args, pool, kGemmBlocking);
+  RunPanelGroup<Avx2, kGemmRows>(args, pool, kGemmBlocking);
+}
+
+size_t GemmAvx2WorkspaceBytes(int64_t m, int64_t k, int num_threads) {
+  return PanelWorkspaceBytes(m, k, num_threads, kGemmPanel, kGemmBlocking);
 }
 
 }  // namespace loom::cpu::matmul_internal

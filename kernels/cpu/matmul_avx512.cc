@@ -1,11 +1,12 @@
-// AVX-512 matmul: the FMA kernel of matmul_fma_inl.h on 16-lane zmm vectors.
+// AVX-512 matmul: the kernels of matmul_dot_inl.h (GEMV) and matmul_panel_inl.h (GEMM) on 16-lane
+// zmm vectors.
 //
 // Tiles (32 zmm registers): GEMV keeps m * kNr accumulators with kNr = 8 for m <= 3 and 6 for
-// m >= 4 (6 to 8 concurrent weight-row streams per thread, prefetched 1 KiB ahead); GEMM uses
-// 4 x rows by 6 weight rows (24 accumulators + 4 x vectors + 1 weight vector). bf16 widens by
+// m >= 4 (6 to 8 concurrent weight-row streams per thread, prefetched 512 B ahead); GEMM keeps
+// 12 weight rows × 32 tokens (24 accumulators + 2 x vectors + broadcasts). bf16 widens by
 // vpmovzxwd + vpslld 16, f16 by vcvtph2ps; k tails use fault-free masked loads, never read past a
-// row. GemmRowsAvx512 also serves the AMX path for f16/f32 weights and for weight rows past the
-// last full tile.
+// row. GemmRowsAvx512 (the dot kernel, 4 x rows × 6 weight rows, no workspace) serves the AMX
+// path for the weight rows past its last full tile.
 #include <immintrin.h>
 
 // gcc 12's AVX-512 headers build some results from a deliberately uninitialised register and then
@@ -15,7 +16,8 @@
 
 #include <cstdint>
 
-#include "kernels/cpu/matmul_fma_inl.h"
+#include "kernels/cpu/matmul_dot_inl.h"
+#include "kernels/cpu/matmul_panel_inl.h"
 
 namespace loom::cpu::matmul_internal {
 namespace {
@@ -27,6 +29,9 @@ struct Avx512 {
   static V Zero() { return _mm512_setzero_ps(); }
   static V Fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static V LoadX(const float* p) { return _mm512_loadu_ps(p); }
+  static V Add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V Broadcast(const float* p) { return _mm512_set1_ps(*p); }
+  static void Store(float* p, V v) { _mm512_storeu_ps(p, v); }
   static __mmask16 LaneMask(int count) { return static_cast<__mmask16>((1u << count) - 1u); }
   static V LoadXPartial(const float* p, int count) {
     return _mm512_maskz_loadu_ps(LaneMask(count), p);
@@ -59,29 +64,46 @@ struct Avx512 {
   static void Prefetch(const char* p) { _mm_prefetch(p, _MM_HINT_T0); }
 };
 
-// GEMM: x rows per block, k per block, weight rows per block (see matmul_fma_inl.h). Sized for a
-// 48 KiB L1 and a 2 MiB L2: 4 x rows and 6 weight rows of kc in L1, nc weight rows and mc x rows
-// of kc in L2.
-constexpr FmaBlocking kGemmBlocking = {64, 512, 96};
+// GEMV prefetch distance per weight row. The Sapphire Rapids baselines show one stream per core
+// gaining nothing from software prefetch and several streams per core reaching the roofline, and
+// on the AVX2 machine prefetching only lost bandwidth; 512 B is kept here until it is measured on
+// an AVX-512 machine (bench/results/cpu_matmul.md).
+constexpr int kGemvPrefetchBytes = 512;
+
+// Dot-kernel blocking for GemmRowsAvx512 (matmul_dot_inl.h): x rows, k, weight rows per block;
+// 4 x rows and 6 weight rows of kc in a 48 KiB L1, nc weight rows and mc x rows of kc in L2.
+constexpr FmaBlocking kDotBlocking = {64, 512, 96};
+
+// GEMM (matmul_panel_inl.h): 12 weight rows per tile; tokens, k and weight rows per block, sized
+// for a 48 KiB L1 (a 32-token panel of kc: 32 KiB) and a 2 MiB L2 (block + accumulator + x^T of
+// mc tokens: 480 KiB). Not tuned on hardware yet (see bench/results/cpu_matmul.md).
+constexpr int kGemmRows = 12;
+constexpr PanelBlocking kGemmBlocking = {256, 256, 96};
+constexpr int64_t kGemmPanel = 32;
 
 }  // namespace
 
 void GemvAvx512(const GroupArgs& args, ThreadPool& pool) {
+  constexpr int kPf = kGemvPrefetchBytes;
   switch (args.x.m) {
-    case 1: RunGroup<Avx512, 1, 8, true>(args, pool, GemvBlocking(args.x, 8)); break;
-    case 2: RunGroup<Avx512, 2, 8, true>(args, pool, GemvBlocking(args.x, 8)); break;
-    case 3: RunGroup<Avx512, 3, 8, true>(args, pool, GemvBlocking(args.x, 8)); break;
-    default: RunGroup<Avx512, 4, 6, true>(args, pool, GemvBlocking(args.x, 6)); break;
+    case 1: RunGroup<Avx512, 1, 8, kPf>(args, pool, GemvBlocking(args.x, 8)); break;
+    case 2: RunGroup<Avx512, 2, 8, kPf>(args, pool, GemvBlocking(args.x, 8)); break;
+    case 3: RunGroup<Avx512, 3, 8, kPf>(args, pool, GemvBlocking(args.x, 8)); break;
+    default: RunGroup<Avx512, 4, 6, kPf>(args, pool, GemvBlocking(args.x, 6)); break;
   }
 }
 
 void GemmAvx512(const GroupArgs& args, ThreadPool& pool) {
-  RunGroup<Avx512, 4, 6, false>(args, pool, kGemmBlocking);
+  RunPanelGroup<Avx512, kGemmRows>(args, pool, kGemmBlocking);
+}
+
+size_t GemmAvx512WorkspaceBytes(int64_t m, int64_t k, int num_threads) {
+  return PanelWorkspaceBytes(m, k, num_threads, kGemmPanel, kGemmBlocking);
 }
 
 void GemmRowsAvx512(const MatmulInput& x, const MatmulProjection& projection, int64_t row_begin,
                     int64_t row_end) {
-  RunProjectionRows<Avx512, 4, 6, false>(x, projection, row_begin, row_end, kGemmBlocking);
+  RunProjectionRows<Avx512, 4, 6, 0>(x, projection, row_begin, row_end, kDotBlocking);
 }
 
 }  // namespace loom::cpu::matmul_internal

@@ -25,20 +25,25 @@ struct GroupArgs {
 };
 
 // Entry points of each instruction-set level. Gemv* walk weight rows with the whole of x per row
-// group (small m); Gemm* block for cache reuse (large m).
+// group (small m, matmul_dot_inl.h); Gemm* block for cache reuse (large m; the panel kernel of
+// matmul_panel_inl.h on AVX2/AVX-512, the dot kernel on scalar, tiles on AMX).
 void GemvScalar(const GroupArgs& args, ThreadPool& pool);
 void GemmScalar(const GroupArgs& args, ThreadPool& pool);
 void GemvAvx2(const GroupArgs& args, ThreadPool& pool);
 void GemmAvx2(const GroupArgs& args, ThreadPool& pool);
 void GemvAvx512(const GroupArgs& args, ThreadPool& pool);
 void GemmAvx512(const GroupArgs& args, ThreadPool& pool);
-// bf16 weights on the tile unit; f16/f32 weights and the rows past the last full 16 of each
-// weight go through GemmRowsAvx512. Uses the workspace (GemmAmxWorkspaceBytes).
+// Workspace of the panel GEMMs (x^T panels and per-thread blocks, matmul_panel_inl.h).
+size_t GemmAvx2WorkspaceBytes(int64_t m, int64_t k, int num_threads);
+size_t GemmAvx512WorkspaceBytes(int64_t m, int64_t k, int num_threads);
+// bf16 weights on the tile unit (all projections must be bf16; the dispatcher sends other groups
+// to GemmAvx512); rows past the last full 16 of each weight go through GemmRowsAvx512. Uses the
+// workspace (GemmAmxWorkspaceBytes).
 void GemmAmx(const GroupArgs& args, ThreadPool& pool);
 size_t GemmAmxWorkspaceBytes(int64_t m, int64_t k, int num_threads, MatmulPrecision precision);
 
-// The AVX-512 FMA GEMM of weight rows [row_begin, row_end) of one projection on the calling
-// thread; the AMX path hands it what the tiles do not cover.
+// The AVX-512 dot-product kernel over weight rows [row_begin, row_end) of one projection on the
+// calling thread, no workspace; the AMX path hands it the rows its tiles do not cover.
 void GemmRowsAvx512(const MatmulInput& x, const MatmulProjection& projection, int64_t row_begin,
                     int64_t row_end);
 

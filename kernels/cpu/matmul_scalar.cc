@@ -1,10 +1,10 @@
-// Portable matmul (Isa::kScalar): the FMA kernel of matmul_fma_inl.h on one f32 lane, built with
+// Portable matmul (Isa::kScalar): the FMA kernel of matmul_dot_inl.h on one f32 lane, built with
 // the baseline flags only. It exists so every machine has a path and so dispatch tests have a
 // floor; the compiler may still vectorise it with SSE2.
 #include <cstdint>
 
 #include "kernels/common/dtype.h"
-#include "kernels/cpu/matmul_fma_inl.h"
+#include "kernels/cpu/matmul_dot_inl.h"
 
 namespace loom::cpu::matmul_internal {
 namespace {
@@ -43,14 +43,14 @@ constexpr FmaBlocking kGemmBlocking = {48, 512, 64};
 
 void GemvScalar(const GroupArgs& args, ThreadPool& pool) {
   if (args.x.m == 1) {
-    RunGroup<Scalar, 1, 8, true>(args, pool, GemvBlocking(args.x, 8));
+    RunGroup<Scalar, 1, 8, 0>(args, pool, GemvBlocking(args.x, 8));
   } else {
-    RunGroup<Scalar, 4, 4, true>(args, pool, GemvBlocking(args.x, 4));
+    RunGroup<Scalar, 4, 4, 0>(args, pool, GemvBlocking(args.x, 4));
   }
 }
 
 void GemmScalar(const GroupArgs& args, ThreadPool& pool) {
-  RunGroup<Scalar, 4, 4, false>(args, pool, kGemmBlocking);
+  RunGroup<Scalar, 4, 4, 0>(args, pool, kGemmBlocking);
 }
 
 }  // namespace loom::cpu::matmul_internal

@@ -46,6 +46,20 @@ void FlagSet::Int(std::string_view name, int64_t* value, std::string_view help) 
                     [value](std::string_view v) { return ParseInt64(v, value); }});
 }
 
+void FlagSet::Int32(std::string_view name, int32_t* value, std::string_view help) {
+  flags_.push_back({std::string(name), std::string(help), std::to_string(*value), true,
+                    [value](std::string_view v) {
+                      int64_t parsed = 0;
+                      absl::Status status = ParseInt64(v, &parsed);
+                      if (!status.ok()) return status;
+                      if (parsed < INT32_MIN || parsed > INT32_MAX) {
+                        return absl::InvalidArgumentError(StrCat("'", v, "' is out of range"));
+                      }
+                      *value = static_cast<int32_t>(parsed);
+                      return absl::OkStatus();
+                    }});
+}
+
 void FlagSet::Double(std::string_view name, double* value, std::string_view help) {
   flags_.push_back({std::string(name), std::string(help), StrCat(*value), true,
                     [value](std::string_view v) {

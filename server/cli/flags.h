@@ -21,6 +21,8 @@ class FlagSet {
   // Repeatable: every occurrence is appended.
   void Strings(std::string_view name, std::vector<std::string>* values, std::string_view help);
   void Int(std::string_view name, int64_t* value, std::string_view help);
+  // An integer that must fit an int32_t; a larger value is an error, never truncated.
+  void Int32(std::string_view name, int32_t* value, std::string_view help);
   void Double(std::string_view name, double* value, std::string_view help);
   void Bool(std::string_view name, bool* value, std::string_view help);
 

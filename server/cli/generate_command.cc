@@ -14,15 +14,18 @@
 namespace loom::cli {
 namespace {
 
+// Most sequences one run makes (prompts times --batch): each request is held in memory up front.
+constexpr int64_t kMaxSequences = int64_t{1} << 20;
+
 struct GenerateFlags {
   std::string model;
   std::vector<std::string> prompt_ids;
   std::vector<std::string> prompts;
   std::string backend = "cpu";
   std::string kv_dtype = "bf16";
-  int64_t max_tokens = 32, threads = 0, block_size = 16, kv_cache_mb = 1024;
-  int64_t max_batch_tokens = 2048, prefill_chunk = 0, batch = 1, top_k = 0, logprobs = -1;
-  int64_t seed = 0;
+  int32_t max_tokens = 32, threads = 0, block_size = 16;
+  int32_t max_batch_tokens = 2048, prefill_chunk = 0, batch = 1, top_k = 0, logprobs = -1;
+  int64_t kv_cache_mb = 1024, seed = 0;
   double temperature = 0, top_p = 1, min_p = 0, repetition_penalty = 1;
   double frequency_penalty = 0, presence_penalty = 0;
   bool ignore_eos = false, json = false, fast_bf16_matmul = false;
@@ -32,25 +35,25 @@ void Declare(FlagSet& f, GenerateFlags& g) {
   f.String("model", &g.model, "Hugging Face model folder (config.json, *.safetensors)");
   f.Strings("prompt-ids", &g.prompt_ids, "prompt as comma-separated token ids (repeatable)");
   f.Strings("prompt", &g.prompts, "prompt text (needs the tokenizer; repeatable)");
-  f.Int("max-tokens", &g.max_tokens, "tokens to generate per prompt");
-  f.Int("batch", &g.batch, "run each prompt this many times, as separate sequences");
+  f.Int32("max-tokens", &g.max_tokens, "tokens to generate per prompt");
+  f.Int32("batch", &g.batch, "run each prompt this many times, as separate sequences");
   f.Double("temperature", &g.temperature, "0 = greedy");
-  f.Int("top-k", &g.top_k, "keep the k most likely tokens (0 = off)");
+  f.Int32("top-k", &g.top_k, "keep the k most likely tokens (0 = off)");
   f.Double("top-p", &g.top_p, "nucleus sampling mass");
   f.Double("min-p", &g.min_p, "drop tokens below min-p times the top probability");
   f.Double("repetition-penalty", &g.repetition_penalty, "Hugging Face repetition penalty");
   f.Double("frequency-penalty", &g.frequency_penalty, "OpenAI frequency penalty");
   f.Double("presence-penalty", &g.presence_penalty, "OpenAI presence penalty");
   f.Int("seed", &g.seed, "random seed (sequence i uses seed + i)");
-  f.Int("logprobs", &g.logprobs, "report this many top log-probabilities per token (-1 = off)");
+  f.Int32("logprobs", &g.logprobs, "report this many top log-probabilities per token (-1 = off)");
   f.Bool("ignore-eos", &g.ignore_eos, "do not stop at the model's end-of-sequence tokens");
   f.String("backend", &g.backend, "cpu or cuda");
-  f.Int("threads", &g.threads, "CPU threads (0 = all available cores)");
+  f.Int32("threads", &g.threads, "CPU threads (0 = all available cores)");
   f.String("kv-dtype", &g.kv_dtype, "KV cache type: bf16, f16 or f32");
-  f.Int("block-size", &g.block_size, "tokens per KV block");
+  f.Int32("block-size", &g.block_size, "tokens per KV block");
   f.Int("kv-cache-mb", &g.kv_cache_mb, "KV cache size in MiB");
-  f.Int("max-batch-tokens", &g.max_batch_tokens, "most tokens computed in one step");
-  f.Int("prefill-chunk", &g.prefill_chunk, "most prompt tokens per sequence and step (0 = budget)");
+  f.Int32("max-batch-tokens", &g.max_batch_tokens, "most tokens computed in one step");
+  f.Int32("prefill-chunk", &g.prefill_chunk, "most prompt tokens per sequence and step (0 = budget)");
   f.Bool("fast-bf16-matmul", &g.fast_bf16_matmul,
          "round prefill activations to bf16 once (faster, less exact)");
   f.Bool("json", &g.json, "print one JSON object instead of text");
@@ -69,10 +72,13 @@ absl::StatusOr<EngineConfig> MakeEngineConfig(const GenerateFlags& g) {
   config.model_dir = g.model;
   LOOM_ASSIGN_OR_RETURN(config.backend, ParseBackendKind(g.backend));
   LOOM_ASSIGN_OR_RETURN(config.kv_dtype, ParseKvDType(g.kv_dtype));
-  config.num_threads = static_cast<int>(g.threads);
-  config.block_size = static_cast<int32_t>(g.block_size);
+  if (g.kv_cache_mb < 0 || g.kv_cache_mb > (INT64_MAX >> 20)) {
+    return absl::InvalidArgumentError(StrCat("--kv-cache-mb: ", g.kv_cache_mb, " is out of range"));
+  }
+  config.num_threads = g.threads;
+  config.block_size = g.block_size;
   config.kv_cache_bytes = g.kv_cache_mb << 20;
-  config.max_num_batched_tokens = static_cast<int32_t>(g.max_batch_tokens);
+  config.max_num_batched_tokens = g.max_batch_tokens;
   config.fast_bf16_matmul = g.fast_bf16_matmul;
   return config;
 }
@@ -86,6 +92,10 @@ absl::StatusOr<std::vector<OfflineRequest>> MakeRequests(const GenerateFlags& g,
   if (g.prompt_ids.empty()) return absl::InvalidArgumentError("give at least one --prompt-ids");
   if (g.max_tokens < 1 || g.batch < 1) {
     return absl::InvalidArgumentError("--max-tokens and --batch must be positive");
+  }
+  if (static_cast<int64_t>(g.batch) * static_cast<int64_t>(g.prompt_ids.size()) > kMaxSequences) {
+    return absl::InvalidArgumentError(
+        StrCat("--batch: at most ", kMaxSequences, " sequences in all"));
   }
   std::vector<OfflineRequest> requests;
   for (const std::string& text : g.prompt_ids) {
@@ -105,19 +115,19 @@ absl::StatusOr<std::vector<OfflineRequest>> MakeRequests(const GenerateFlags& g,
                                                g.max_tokens, " new tokens exceeds the context of ",
                                                info.max_context_len));
     }
-    r.max_new_tokens = static_cast<int32_t>(g.max_tokens);
+    r.max_new_tokens = g.max_tokens;
     SamplingParams& s = r.sampling;
     s.temperature = static_cast<float>(g.temperature);
-    s.top_k = static_cast<int32_t>(g.top_k);
+    s.top_k = g.top_k;
     s.top_p = static_cast<float>(g.top_p);
     s.min_p = static_cast<float>(g.min_p);
     s.repetition_penalty = static_cast<float>(g.repetition_penalty);
     s.frequency_penalty = static_cast<float>(g.frequency_penalty);
     s.presence_penalty = static_cast<float>(g.presence_penalty);
-    s.logprobs = static_cast<int32_t>(g.logprobs);
+    s.logprobs = g.logprobs;
     LOOM_RETURN_IF_ERROR(ValidateSamplingParams(s, info.vocab_size));
     if (!g.ignore_eos) r.stop_token_ids = info.eos_token_ids;
-    for (int64_t b = 0; b < g.batch; ++b) {
+    for (int32_t b = 0; b < g.batch; ++b) {
       r.sampling.seed = static_cast<uint64_t>(g.seed) + requests.size();
       requests.push_back(r);
     }
@@ -191,7 +201,7 @@ int GenerateCommand(const std::vector<std::string>& args) {
   if (!requests.ok()) return fail(requests.status());
   OfflineStats stats;
   OfflineOptions options;
-  options.prefill_chunk = static_cast<int32_t>(g.prefill_chunk);
+  options.prefill_chunk = g.prefill_chunk;
   absl::StatusOr<std::vector<OfflineResult>> results =
       RunOffline(**executor, *requests, options, &stats);
   if (!results.ok()) return fail(results.status());

@@ -131,7 +131,7 @@ struct Shape {
 };
 
 // Each m with each k (n rotating through kNs), then each m with each n at k = 33 (a k tail that
-// is odd, so a bf16 pair would straddle weight rows).
+// is odd, so a bf16 pair would straddle weight rows), then two large-m shapes.
 std::vector<Shape> TestShapes() {
   std::vector<Shape> shapes;
   int rotate = 0;
@@ -141,6 +141,10 @@ std::vector<Shape> TestShapes() {
   for (int64_t m : kMs) {
     for (int64_t n : kNs) shapes.push_back({m, 33, n});
   }
+  // More tokens than one block of x (every GEMM splits m into blocks of at most 256) and a k that
+  // spans several k blocks with a tail.
+  shapes.push_back({300, 100, 40});
+  shapes.push_back({260, 1100, 17});
   return shapes;
 }
 
@@ -204,14 +208,16 @@ INSTANTIATE_TEST_SUITE_P(
 
 class MatmulIsaTest : public testing::TestWithParam<Isa> {};
 
-// q/k/v-like group: three weights of different sizes and dtypes sharing x, one parallel region.
+// q/k/v-like group: three weights of different sizes sharing x, one parallel region; all bf16
+// (the AMX tile path) and mixed dtypes.
 TEST_P(MatmulIsaTest, GroupMatchesSeparateReferences) {
   const Isa isa = GetParam();
   if (!IsaSupported(isa)) GTEST_SKIP() << IsaName(isa) << " is not supported by this CPU";
   std::mt19937 rng(99);
   const int64_t k = 100;
   const int64_t ns[] = {64, 17, 33};
-  const DType dtypes[] = {DType::kBF16, DType::kF16, DType::kBF16};
+  for (const auto& dtypes : {std::vector<DType>{DType::kBF16, DType::kBF16, DType::kBF16},
+                             std::vector<DType>{DType::kBF16, DType::kF16, DType::kF32}}) {
   for (MatmulPath path : {MatmulPath::kGemv, MatmulPath::kGemm}) {
     for (int64_t m : {1, 3, 40}) {
       for (int threads : {1, 2, 3}) {
@@ -243,6 +249,7 @@ TEST_P(MatmulIsaTest, GroupMatchesSeparateReferences) {
         }
       }
     }
+  }
   }
 }
 
@@ -324,13 +331,19 @@ TEST(MatmulTest, ChecksIsaAndWorkspace) {
   } else {
     EXPECT_EQ(status, MatmulStatus::kUnsupportedIsa);
   }
-  // Paths other than the AMX GEMM need no workspace.
-  EXPECT_EQ(MatmulWorkspaceBytes(64, 32, 2, {MatmulPrecision::kHighest, MatmulPath::kGemm,
-                                             Isa::kAvx512}),
-            0u);
-  EXPECT_EQ(MatmulWorkspaceBytes(1, 4096, 2, {MatmulPrecision::kHighest, MatmulPath::kAuto,
-                                              Isa::kAmx}),
-            0u);
+  // The GEMV paths and the scalar GEMM need no workspace; the SIMD GEMMs do.
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
+    const MatmulOptions gemv{MatmulPrecision::kHighest, MatmulPath::kGemv, isa};
+    const MatmulOptions gemm{MatmulPrecision::kHighest, MatmulPath::kGemm, isa};
+    EXPECT_EQ(MatmulWorkspaceBytes(64, 4096, 2, gemv), 0u);
+    EXPECT_EQ(MatmulWorkspaceBytes(64, 4096, 2, gemm) > 0, isa != Isa::kScalar);
+  }
+  if (IsaSupported(Isa::kAvx2)) {
+    const MatmulOptions avx2{MatmulPrecision::kHighest, MatmulPath::kGemm, Isa::kAvx2};
+    EXPECT_EQ(Matmul({x, 64, 32, 32}, {weight, DType::kBF16, 16, nullptr, y, 16}, Pool(1),
+                     nullptr, 0, avx2),
+              MatmulStatus::kWorkspaceTooSmall);
+  }
 }
 
 TEST(MatmulTest, AutoPathSwitchesAtTheGemvLimit) {

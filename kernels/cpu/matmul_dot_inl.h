@@ -18,6 +18,9 @@
 // every row of x before the next group. Bytes moved: GEMV reads each weight byte once from DRAM
 // and x (m * k * 4 bytes) from cache; GEMM reads W once per mc rows of x.
 //
+// The loops over tile dimensions carry `#pragma GCC unroll`: without it gcc -O3 keeps the
+// accumulator arrays in memory and stores them on every step.
+//
 // Everything is in an unnamed namespace on purpose: each including file compiles these templates
 // with different instruction-set flags, and no instantiation may be shared between them by the
 // linker.
@@ -52,8 +55,6 @@ struct FmaBlocking {
   int64_t nc;
 };
 
-// How far ahead of the current k the GEMV prefetches each weight row.
-constexpr int64_t kPrefetchBytes = 1024;
 
 template <typename T>
 constexpr T MinOf(T a, T b) {
@@ -66,18 +67,21 @@ inline void DotStep(const float* const* x_rows, const typename W::Storage* const
                     int64_t k, int count, typename T::V (&acc)[kMr][kNr]) {
   using V = typename T::V;
   V xv[kMr];
+  #pragma GCC unroll 32
   for (int a = 0; a < kMr; ++a) {
     xv[a] = kPartial ? T::LoadXPartial(x_rows[a] + k, count) : T::LoadX(x_rows[a] + k);
   }
+  #pragma GCC unroll 32
   for (int r = 0; r < kNr; ++r) {
     const V wv = kPartial ? T::template LoadWPartial<W>(w_rows[r] + k, count)
                           : T::template LoadW<W>(w_rows[r] + k);
+    #pragma GCC unroll 32
     for (int a = 0; a < kMr; ++a) acc[a][r] = T::Fma(xv[a], wv, acc[a][r]);
   }
 }
 
 // out[a * kNr + r] = sum_{k < len} x_rows[a][k] * w_rows[r][k].
-template <class T, class W, int kMr, int kNr, bool kPrefetch>
+template <class T, class W, int kMr, int kNr, int kPrefetchBytes>
 inline void DotTile(const float* const* x_rows, const typename W::Storage* const* w_rows,
                     int64_t len, float* out) {
   using V = typename T::V;
@@ -88,16 +92,20 @@ inline void DotTile(const float* const* x_rows, const typename W::Storage* const
                               ? 64 / static_cast<int>(sizeof(S)) / kLanes
                               : 1;
   V acc[kMr][kNr];
+  #pragma GCC unroll 32
   for (int a = 0; a < kMr; ++a) {
+    #pragma GCC unroll 32
     for (int r = 0; r < kNr; ++r) acc[a][r] = T::Zero();
   }
   int64_t k = 0;
   for (; k + kUnroll * kLanes <= len; k += kUnroll * kLanes) {
-    if constexpr (kPrefetch) {
+    if constexpr (kPrefetchBytes > 0) {
+      #pragma GCC unroll 32
       for (int r = 0; r < kNr; ++r) {
         T::Prefetch(reinterpret_cast<const char*>(w_rows[r] + k) + kPrefetchBytes);
       }
     }
+    #pragma GCC unroll 32
     for (int u = 0; u < kUnroll; ++u) {
       DotStep<T, W, kMr, kNr, false>(x_rows, w_rows, k + u * kLanes, kLanes, acc);
     }
@@ -108,7 +116,9 @@ inline void DotTile(const float* const* x_rows, const typename W::Storage* const
   if (k < len) {
     DotStep<T, W, kMr, kNr, true>(x_rows, w_rows, k, static_cast<int>(len - k), acc);
   }
+  #pragma GCC unroll 32
   for (int a = 0; a < kMr; ++a) {
+    #pragma GCC unroll 32
     for (int r = 0; r < kNr; ++r) out[a * kNr + r] = T::ReduceAdd(acc[a][r]);
   }
 }
@@ -116,18 +126,21 @@ inline void DotTile(const float* const* x_rows, const typename W::Storage* const
 // One tile: x rows [i, i + kMr) by weight rows [j, min(j + kNr, row_end)), k in [k0, k0 + len).
 // Rows past row_end repeat the last valid row (never read out of bounds) and are not stored.
 // The first k block assigns y (+ bias); later blocks add to it.
-template <class T, class W, int kMr, int kNr, bool kPrefetch>
+template <class T, class W, int kMr, int kNr, int kPrefetchBytes>
 void RunTile(const MatmulInput& x, const MatmulProjection& p, int64_t i, int64_t j,
              int64_t row_end, int64_t k0, int64_t len) {
   using S = typename W::Storage;
   const S* w = static_cast<const S*>(p.weight);
   const float* x_rows[kMr];
   const S* w_rows[kNr];
+  #pragma GCC unroll 32
   for (int a = 0; a < kMr; ++a) x_rows[a] = x.data + (i + a) * x.stride + k0;
+  #pragma GCC unroll 32
   for (int r = 0; r < kNr; ++r) w_rows[r] = w + MinOf(j + r, row_end - 1) * x.k + k0;
   float out[kMr * kNr];
-  DotTile<T, W, kMr, kNr, kPrefetch>(x_rows, w_rows, len, out);
+  DotTile<T, W, kMr, kNr, kPrefetchBytes>(x_rows, w_rows, len, out);
   const int nr = static_cast<int>(MinOf<int64_t>(kNr, row_end - j));
+  #pragma GCC unroll 32
   for (int a = 0; a < kMr; ++a) {
     float* y = p.y + (i + a) * p.y_stride + j;
     for (int r = 0; r < nr; ++r) {
@@ -141,18 +154,18 @@ void RunTile(const MatmulInput& x, const MatmulProjection& p, int64_t i, int64_t
 }
 
 // RunTile with the row count mr <= kMrMax chosen at run time.
-template <class T, class W, int kMrMax, int kNr, bool kPrefetch>
+template <class T, class W, int kMrMax, int kNr, int kPrefetchBytes>
 void RunTileRows(int mr, const MatmulInput& x, const MatmulProjection& p, int64_t i, int64_t j,
                  int64_t row_end, int64_t k0, int64_t len) {
   if (mr == kMrMax) {
-    RunTile<T, W, kMrMax, kNr, kPrefetch>(x, p, i, j, row_end, k0, len);
+    RunTile<T, W, kMrMax, kNr, kPrefetchBytes>(x, p, i, j, row_end, k0, len);
   } else if constexpr (kMrMax > 1) {
-    RunTileRows<T, W, kMrMax - 1, kNr, kPrefetch>(mr, x, p, i, j, row_end, k0, len);
+    RunTileRows<T, W, kMrMax - 1, kNr, kPrefetchBytes>(mr, x, p, i, j, row_end, k0, len);
   }
 }
 
 // The loop nest over weight rows [row_begin, row_end) of one projection.
-template <class T, class W, int kMrMax, int kNr, bool kPrefetch>
+template <class T, class W, int kMrMax, int kNr, int kPrefetchBytes>
 void RunRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begin, int64_t row_end,
              const FmaBlocking& b) {
   for (int64_t m0 = 0; m0 < x.m; m0 += b.mc) {
@@ -164,7 +177,7 @@ void RunRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begin,
         for (int64_t i = m0; i < m1; i += kMrMax) {
           const int mr = static_cast<int>(MinOf<int64_t>(kMrMax, m1 - i));
           for (int64_t j = n0; j < n1; j += kNr) {
-            RunTileRows<T, W, kMrMax, kNr, kPrefetch>(mr, x, p, i, j, n1, k0, len);
+            RunTileRows<T, W, kMrMax, kNr, kPrefetchBytes>(mr, x, p, i, j, n1, k0, len);
           }
         }
       }
@@ -172,30 +185,30 @@ void RunRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begin,
   }
 }
 
-template <class T, int kMrMax, int kNr, bool kPrefetch>
+template <class T, int kMrMax, int kNr, int kPrefetchBytes>
 void RunProjectionRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begin,
                        int64_t row_end, const FmaBlocking& b) {
   switch (p.dtype) {
     case DType::kBF16:
-      RunRows<T, Bf16Weight, kMrMax, kNr, kPrefetch>(x, p, row_begin, row_end, b);
+      RunRows<T, Bf16Weight, kMrMax, kNr, kPrefetchBytes>(x, p, row_begin, row_end, b);
       break;
     case DType::kF16:
-      RunRows<T, F16Weight, kMrMax, kNr, kPrefetch>(x, p, row_begin, row_end, b);
+      RunRows<T, F16Weight, kMrMax, kNr, kPrefetchBytes>(x, p, row_begin, row_end, b);
       break;
     default:
-      RunRows<T, F32Weight, kMrMax, kNr, kPrefetch>(x, p, row_begin, row_end, b);
+      RunRows<T, F32Weight, kMrMax, kNr, kPrefetchBytes>(x, p, row_begin, row_end, b);
       break;
   }
 }
 
 // The whole group on the pool: units of kNr rows, one contiguous run per thread.
-template <class T, int kMrMax, int kNr, bool kPrefetch>
+template <class T, int kMrMax, int kNr, int kPrefetchBytes>
 void RunGroup(const GroupArgs& args, ThreadPool& pool, const FmaBlocking& b) {
   const int64_t num_units = CountRowUnits(args.projections, kNr);
   pool.ParallelFor(num_units, [&](int64_t unit_begin, int64_t unit_end, int /*thread*/) {
     ForEachRowRange(args.projections, kNr, unit_begin, unit_end,
                     [&](const MatmulProjection& p, int64_t row_begin, int64_t row_end) {
-                      RunProjectionRows<T, kMrMax, kNr, kPrefetch>(args.x, p, row_begin, row_end,
+                      RunProjectionRows<T, kMrMax, kNr, kPrefetchBytes>(args.x, p, row_begin, row_end,
                                                                    b);
                     });
   });

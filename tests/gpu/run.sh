@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# Builds and runs loom's CUDA tests and benchmarks on a machine with an NVIDIA GPU that has the
+# CUDA toolkit, CMake, Ninja and a C++ compiler but none of loom's library packages and no
+# package registry. Run from anywhere inside the repository:
+#
+#   tests/gpu/run.sh
+#
+# It unpacks the Debian packages that tests/gpu/fetch-debs.sh downloaded (.gpu-deps/, carried
+# with the working tree) into a private prefix with `dpkg -x` (nothing is installed system-wide),
+# configures a Release build with -DLOOM_CUDA=ON against that prefix, builds the gpu tests and
+# the CUDA benchmarks, runs `ctest -L gpu` and every bench/kernels/cuda_*_bench, and writes into
+# $OUT (or bench/results/gpu when OUT is unset):
+#   summary.md     device, copy bandwidth, test counts and one row per benchmark
+#   summary.json   the same as data
+#   run.log        everything this script printed
+#   ctest-gpu.xml  JUnit report of the gpu tests
+#   <bench>.json   Google Benchmark's JSON output of each CUDA benchmark
+#
+# Environment (all optional):
+#   LOOM_GPU_DEPS            folder of .deb files            (default: .gpu-deps)
+#   LOOM_GPU_BUILD_DIR       build folder                    (default: build/gpu)
+#   LOOM_CUDA_ARCHITECTURES  CUDA architectures              (default: 90)
+#   LOOM_BUILD_JOBS          parallel build jobs             (default: nproc)
+#   LOOM_GPU_BENCH_MIN_TIME  seconds per benchmark           (default: 0.2)
+#   LOOM_GPU_ALLOW_NO_DEVICE=1  finish with status 0 when no GPU is visible (to try the script
+#                               on a machine without one); otherwise that is an error (status 3)
+# Exit status: 0 when the tests pass on a visible GPU; the ctest status when tests fail; 1 for
+# a setup error (message on stderr); 3 when no GPU is visible.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$root"
+deps_dir="${LOOM_GPU_DEPS:-$root/.gpu-deps}"
+build_dir="${LOOM_GPU_BUILD_DIR:-$root/build/gpu}"
+prefix="$build_dir/deps"
+archs="${LOOM_CUDA_ARCHITECTURES:-90}"
+jobs="${LOOM_BUILD_JOBS:-$(nproc)}"
+min_time="${LOOM_GPU_BENCH_MIN_TIME:-0.2}"
+out="${OUT:-}"
+[[ -n "$out" ]] || out="$root/bench/results/gpu"
+
+log() { echo "=== gpu/run.sh: $*"; }
+die() { echo "gpu/run.sh: error: $*" >&2; exit 1; }
+
+mkdir -p "$out" || die "cannot create the output folder $out"
+exec > >(tee -a "$out/run.log") 2>&1
+
+# Prints what the machine has; fails early, with the reason, when a tool is missing.
+check_tools() {
+  log "machine: $(uname -srm); $(grep -m1 PRETTY_NAME /etc/os-release 2>/dev/null || echo 'os unknown')"
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi -L || log "nvidia-smi -L failed"
+  else
+    log "nvidia-smi not found"
+  fi
+  nvcc="$(command -v nvcc || true)"
+  [[ -n "$nvcc" ]] || { [[ -x /usr/local/cuda/bin/nvcc ]] && nvcc=/usr/local/cuda/bin/nvcc; }
+  [[ -n "$nvcc" ]] || die "nvcc not found (neither on PATH nor /usr/local/cuda/bin)"
+  log "nvcc: $nvcc ($("$nvcc" --version | grep -o 'release [0-9.]*'))"
+  command -v cmake >/dev/null || die "cmake not found on PATH"
+  command -v ninja >/dev/null || die "ninja not found on PATH"
+  command -v c++ >/dev/null || command -v g++ >/dev/null || die "no C++ compiler (c++ or g++)"
+  log "$(cmake --version | head -1); ninja $(ninja --version); $( (c++ --version || g++ --version) | head -1)"
+  dpkg-deb --version >/dev/null 2>&1 || ar --version >/dev/null 2>&1 ||
+    die "neither dpkg-deb nor ar is available to unpack the .deb files"
+}
+
+# Unpacks one .deb's files into $prefix: dpkg-deb -x, or ar + tar where dpkg is missing.
+extract_deb() {
+  if dpkg-deb --version >/dev/null 2>&1; then
+    dpkg-deb -x "$1" "$prefix"
+    return
+  fi
+  local member
+  member="$(ar t "$1" | grep '^data\.tar')" || die "$1 has no data.tar member"
+  case "$member" in
+    *.xz) ar p "$1" "$member" | tar -xJ -C "$prefix" -f - ;;
+    *.gz) ar p "$1" "$member" | tar -xz -C "$prefix" -f - ;;
+    *.zst) ar p "$1" "$member" | tar --zstd -x -C "$prefix" -f - ;;
+    *) ar p "$1" "$member" | tar -x -C "$prefix" -f - ;;
+  esac
+}
+
+# Checks the carried packages against their MANIFEST and unpacks them into $prefix.
+unpack_debs() {
+  [[ -f "$deps_dir/MANIFEST" ]] ||
+    die "$deps_dir/MANIFEST missing: run tests/gpu/fetch-debs.sh on the Debian machine and carry .gpu-deps"
+  local package version _bytes sha debs count=0
+  rm -rf "$prefix" && mkdir -p "$prefix"
+  while read -r package version _bytes sha; do
+    [[ -z "$package" || "$package" == \#* ]] && continue
+    debs=("$deps_dir/${package}_"*.deb)
+    [[ -f "${debs[0]}" ]] || die "$package ($version) is in the MANIFEST but its .deb is missing"
+    [[ "$(sha256sum "${debs[0]}" | cut -d' ' -f1)" == "$sha" ]] ||
+      die "${debs[0]} does not match its sha256 in the MANIFEST"
+    extract_deb "${debs[0]}"
+    count=$((count + 1))
+  done < "$deps_dir/MANIFEST"
+  log "unpacked $count packages into $prefix"
+}
+
+# Directory holding <name>Config.cmake (or <name>-config.cmake) under $prefix.
+package_dir() {
+  local file
+  file="$(find "$prefix" \( -name "$1Config.cmake" -o -name "$1-config.cmake" \) | head -1)"
+  [[ -n "$file" ]] || die "no CMake package file for $1 under $prefix"
+  dirname "$file"
+}
+
+# Configures against the unpacked prefix. The executables carry an old-style RPATH to it
+# (--disable-new-dtags), which, unlike RUNPATH, also serves the libraries' own dependencies
+# (libabsl_* load one another), so a test binary also runs outside this script.
+configure() {
+  local libdir="$prefix/usr/lib/x86_64-linux-gnu"
+  export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # CMake 4 refuses package files that ask for pre-3.5 policies unless told a minimum.
+  export CMAKE_POLICY_VERSION_MINIMUM=3.5
+  log "configure: $build_dir (CUDA architectures $archs)"
+  cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DLOOM_CUDA=ON -DLOOM_CUDA_ARCHITECTURES="$archs" -DCMAKE_CUDA_COMPILER="$nvcc" \
+    -DLOOM_BUILD_TESTS=ON -DLOOM_BUILD_BENCH=ON -DLOOM_PYTHON= \
+    -DCMAKE_PREFIX_PATH="$prefix/usr" -DCMAKE_INCLUDE_PATH="$prefix/usr/include" \
+    -DCMAKE_LIBRARY_PATH="$libdir" -DCMAKE_EXE_LINKER_FLAGS="-Wl,--disable-new-dtags" \
+    -Dabsl_DIR="$(package_dir absl)" -DGTest_DIR="$(package_dir GTest)" \
+    -Dbenchmark_DIR="$(package_dir benchmark)" -Dnlohmann_json_DIR="$(package_dir nlohmann_json)"
+}
+
+build() {
+  local targets=() f name
+  for f in "$root"/tests/gpu/*_test.cc; do targets+=("gpu_$(basename "$f" .cc)"); done
+  for f in "$root"/bench/kernels/cuda_*_bench.cc; do
+    [[ -e "$f" ]] && targets+=("$(basename "$f" .cc)")
+  done
+  [[ ${#targets[@]} -gt 0 ]] || die "no tests/gpu/*_test.cc and no bench/kernels/cuda_*_bench.cc"
+  log "build (-j $jobs): ${targets[*]}"
+  cmake --build "$build_dir" -j "$jobs" --target "${targets[@]}"
+}
+
+# Runs the gpu tests; sets test_rc, and device_seen (0 when the tests skipped for lack of a GPU).
+run_tests() {
+  log "ctest -L gpu"
+  set +e
+  ctest --test-dir "$build_dir" -L gpu --output-on-failure --no-tests=error \
+    --output-junit "$out/ctest-gpu.xml" 2>&1 | tee "$build_dir/ctest-gpu.log"
+  test_rc=${PIPESTATUS[0]}
+  set -e
+  log "ctest finished with status $test_rc"
+  # The device tests skip, saying why, exactly when the runtime sees no device.
+  device_seen=1
+  if "$build_dir/tests/gpu_device_test" --gtest_filter='CudaDeviceTest.*' 2>&1 |
+      grep -q "no CUDA device"; then
+    device_seen=0
+  fi
+}
+
+run_benchmarks() {
+  local exe name
+  for exe in "$build_dir"/bench/cuda_*_bench; do
+    [[ -x "$exe" ]] || continue
+    name="$(basename "$exe")"
+    log "benchmark $name"
+    "$exe" --benchmark_min_time="$min_time" --benchmark_out="$out/$name.json" \
+      --benchmark_out_format=json || log "$name failed with status $?"
+  done
+}
+
+check_tools
+unpack_debs
+configure
+build
+run_tests
+run_benchmarks
+"$root/tests/gpu/summarize.py" --out "$out" --ctest-status "$test_rc" ||
+  log "summary failed (python3 missing?); the raw JSON files are in $out"
+log "results in $out"
+if [[ $device_seen -eq 0 ]]; then
+  if [[ "${LOOM_GPU_ALLOW_NO_DEVICE:-0}" == 1 ]]; then
+    log "no CUDA device was visible: the gpu tests skipped (allowed by LOOM_GPU_ALLOW_NO_DEVICE)"
+  else
+    echo "gpu/run.sh: error: no CUDA device was visible, so the gpu tests only skipped" >&2
+    exit 3
+  fi
+fi
+exit "$test_rc"
