@@ -14,22 +14,30 @@ deploy/install-deps.sh
 export LOOM_PYTHON="$root/build/venv/bin/python"
 export CCACHE_DIR="${CCACHE_DIR:-$root/build/ccache}"
 
+# run_preset PRESET [ctest arguments...]
 run_preset() {
   local preset="$1"
+  shift
   echo "=== $preset: configure"
   cmake --preset "$preset" -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DLOOM_PYTHON="$LOOM_PYTHON"
   echo "=== $preset: build"
   cmake --build --preset "$preset" -j "$jobs"
   echo "=== $preset: test"
-  ctest --preset "$preset" -j "$jobs"
+  ctest --preset "$preset" -j "$jobs" "$@"
 }
 
 run_preset cpu-release
 if [[ "${LOOM_TEST_SANITIZE:-0}" == "1" ]]; then
   run_preset cpu-debug
 fi
+# The CUDA toolkit's usual home, when its bin folder is not on PATH.
+if ! command -v nvcc >/dev/null 2>&1 && [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  export PATH="/usr/local/cuda/bin:$PATH"
+fi
 if command -v nvcc >/dev/null 2>&1; then
-  run_preset cuda-release
+  # The CPU tests already ran above on the same code; here the CUDA kernels' tests (which skip
+  # without a device) and the model tests of the CUDA-enabled build.
+  run_preset cuda-release -L "gpu|golden"
 else
   echo "=== nvcc not found: skipping the CUDA build"
 fi

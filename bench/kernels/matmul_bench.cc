@@ -1,7 +1,8 @@
 // CPU matmul against its rooflines (Google Benchmark).
 //
-//   BM_ReadRoofline  DRAM read bandwidth with 1, 4 or 8 concurrent streams per thread: the GEMV roof
-//   BM_FmaPeak       f32 FMA throughput of 12 independent register chains: the GEMM roof without
+//   BM_ReadRoofline  DRAM read bandwidth with 1, 4 or 8 concurrent streams per thread: the GEMV
+//   roof BM_FmaPeak       f32 FMA throughput of 12 independent register chains: the GEMM roof
+//   without
 //                    AMX (AVX2 ymm, or AVX-512 zmm where the selected level has it)
 //   BM_Gemv          m = 1 on one 1.1B-shaped weight; GB/s = weight bytes / time
 //   BM_GemvSweep     m = 1..8 over a model's worth (> 1 GiB) of weights, layer after layer as a
@@ -91,7 +92,8 @@ double Seconds(Clock::time_point begin, Clock::time_point end) {
 }
 
 void Check(benchmark::State& state, MatmulStatus status) {
-  if (status != MatmulStatus::kOk) state.SkipWithError(std::string(MatmulStatusName(status)).c_str());
+  if (status != MatmulStatus::kOk)
+    state.SkipWithError(std::string(MatmulStatusName(status)).c_str());
 }
 
 // Sums `bytes` from `data` as `kStreams` equal parts read side by side, 64 bytes per part per
@@ -105,8 +107,8 @@ __attribute__((target("avx2"))) uint64_t ReadStreams(const uint8_t* data, int64_
 #pragma GCC unroll 8
     for (int s = 0; s < kStreams; ++s) {
       const auto* p = reinterpret_cast<const __m256i*>(data + s * part + i);
-      acc[s] = _mm256_add_epi64(acc[s], _mm256_xor_si256(_mm256_load_si256(p),
-                                                         _mm256_load_si256(p + 1)));
+      acc[s] = _mm256_add_epi64(acc[s],
+                                _mm256_xor_si256(_mm256_load_si256(p), _mm256_load_si256(p + 1)));
     }
   }
   uint64_t sum = 0;
@@ -206,8 +208,8 @@ void BM_Gemv(benchmark::State& state) {
   for (auto _ : state) Check(state, Matmul(in, proj, Pool(threads), nullptr, 0));
   const double seconds = Seconds(begin, Clock::now());
   state.counters["GB/s"] = static_cast<double>(weight.bytes()) * state.iterations() / seconds / 1e9;
-  state.SetLabel(std::string(DTypeName(dtype)) + " " + shape.name + " threads=" +
-                 std::to_string(threads));
+  state.SetLabel(std::string(DTypeName(dtype)) + " " + shape.name +
+                 " threads=" + std::to_string(threads));
 }
 BENCHMARK(BM_Gemv)
     ->ArgsProduct({{0, 1, 2}, {0, 1, 2, 3}, {1, 2}})
@@ -264,8 +266,9 @@ MatmulStatus RunSweep(ModelWeights& w, int64_t m, const float* x_hidden, const f
         {w.q[l]->data(), w.dtype, kH, nullptr, y_qkv, kH + 2 * kKv},
         {w.k[l]->data(), w.dtype, kKv, nullptr, y_qkv + kH, kH + 2 * kKv},
         {w.v[l]->data(), w.dtype, kKv, nullptr, y_qkv + kH + kKv, kH + 2 * kKv}};
-    const MatmulProjection gate_up[2] = {{w.gate[l]->data(), w.dtype, kF, nullptr, y_ffn, 2 * kF},
-                                         {w.up[l]->data(), w.dtype, kF, nullptr, y_ffn + kF, 2 * kF}};
+    const MatmulProjection gate_up[2] = {
+        {w.gate[l]->data(), w.dtype, kF, nullptr, y_ffn, 2 * kF},
+        {w.up[l]->data(), w.dtype, kF, nullptr, y_ffn + kF, 2 * kF}};
     const MatmulStatus statuses[4] = {
         MatmulGroup(hidden, qkv, pool, ws.data(), ws.size()),
         Matmul(hidden, {w.o[l]->data(), w.dtype, kH, nullptr, y_out, kH}, pool, ws.data(),
@@ -286,7 +289,8 @@ void BM_GemvSweep(benchmark::State& state) {
   ModelWeights& w = Model(dtype);
   const std::vector<float> x_hidden = RandomX(m, ModelWeights::kHidden);
   const std::vector<float> x_ffn = RandomX(m, ModelWeights::kFfn);
-  std::vector<float> y_qkv(static_cast<size_t>(m * (ModelWeights::kHidden + 2 * ModelWeights::kKv)));
+  std::vector<float> y_qkv(
+      static_cast<size_t>(m * (ModelWeights::kHidden + 2 * ModelWeights::kKv)));
   std::vector<float> y_ffn(static_cast<size_t>(m * 2 * ModelWeights::kFfn));
   std::vector<float> y_out(static_cast<size_t>(m * ModelWeights::kHidden));
   std::vector<uint8_t> ws(MatmulWorkspaceBytes(m, ModelWeights::kFfn, threads));
@@ -371,7 +375,8 @@ void BM_PathCrossover(benchmark::State& state) {
                         Pool(2), workspace.data(), workspace.size(), options));
   }
   const double seconds = Seconds(begin, Clock::now());
-  state.counters["GFLOP/s"] = 2.0 * static_cast<double>(m * n * k) * state.iterations() / seconds / 1e9;
+  state.counters["GFLOP/s"] =
+      2.0 * static_cast<double>(m * n * k) * state.iterations() / seconds / 1e9;
   state.SetLabel(std::string(options.path == MatmulPath::kGemv ? "gemv" : "gemm") +
                  " m=" + std::to_string(m));
 }

@@ -51,9 +51,12 @@ void Run(Isa isa, MatmulPath path, const GroupArgs& args, ThreadPool& pool) {
   namespace mi = matmul_internal;
   const bool gemv = path == MatmulPath::kGemv;
   switch (isa) {
-    case Isa::kScalar: return gemv ? mi::GemvScalar(args, pool) : mi::GemmScalar(args, pool);
-    case Isa::kAvx2: return gemv ? mi::GemvAvx2(args, pool) : mi::GemmAvx2(args, pool);
-    case Isa::kAvx512: return gemv ? mi::GemvAvx512(args, pool) : mi::GemmAvx512(args, pool);
+    case Isa::kScalar:
+      return gemv ? mi::GemvScalar(args, pool) : mi::GemmScalar(args, pool);
+    case Isa::kAvx2:
+      return gemv ? mi::GemvAvx2(args, pool) : mi::GemmAvx2(args, pool);
+    case Isa::kAvx512:
+      return gemv ? mi::GemvAvx512(args, pool) : mi::GemmAvx512(args, pool);
     case Isa::kAmx:
       if (gemv) return mi::GemvAvx512(args, pool);
       return AllBf16(args.projections) ? mi::GemmAmx(args, pool) : mi::GemmAvx512(args, pool);
@@ -65,9 +68,12 @@ size_t GemmWorkspaceBytes(Isa isa, int64_t m, int64_t k, int num_threads,
                           MatmulPrecision precision) {
   namespace mi = matmul_internal;
   switch (isa) {
-    case Isa::kScalar: return 0;
-    case Isa::kAvx2: return mi::GemmAvx2WorkspaceBytes(m, k, num_threads);
-    case Isa::kAvx512: return mi::GemmAvx512WorkspaceBytes(m, k, num_threads);
+    case Isa::kScalar:
+      return 0;
+    case Isa::kAvx2:
+      return mi::GemmAvx2WorkspaceBytes(m, k, num_threads);
+    case Isa::kAvx512:
+      return mi::GemmAvx512WorkspaceBytes(m, k, num_threads);
     case Isa::kAmx: {
       // The dtype is not known here: enough for the tiles and for the AVX-512 fallback.
       const size_t amx = mi::GemmAmxWorkspaceBytes(m, k, num_threads, precision);
@@ -91,13 +97,20 @@ int64_t CountRowUnits(std::span<const MatmulProjection> projections, int64_t uni
 }  // namespace matmul_internal
 
 int64_t MatmulGemvMaxM(Isa isa) {
-  // Measured on the AVX2 machine (bench/results/cpu_matmul.md): the GEMV loop nest beats the
-  // blocked GEMM up to this many rows of x. The AMX value is a design estimate (see there).
+  // bench/results/cpu_matmul.md (BM_PathCrossover). AVX2: measured; the GEMV (each weight row
+  // group read once, m rows of x dotted in chunks of 4 from L1) keeps up with the panel GEMM up
+  // to about 16 rows. AVX-512: the same balance of loads, conversions and FMAs per weight byte,
+  // not yet measured. AMX: the tile GEMM is bandwidth bound already at a few rows and reads the
+  // weight once for m <= 256, so it takes over early; not yet measured.
   switch (isa) {
-    case Isa::kScalar: return 4;
-    case Isa::kAvx2: return 4;
-    case Isa::kAvx512: return 4;
-    case Isa::kAmx: return 4;
+    case Isa::kScalar:
+      return 4;
+    case Isa::kAvx2:
+      return 16;
+    case Isa::kAvx512:
+      return 16;
+    case Isa::kAmx:
+      return 4;
   }
   return 4;
 }
@@ -146,10 +159,14 @@ MatmulStatus MatmulGroup(const MatmulInput& x, std::span<const MatmulProjection>
 
 std::string_view MatmulStatusName(MatmulStatus status) {
   switch (status) {
-    case MatmulStatus::kOk: return "ok";
-    case MatmulStatus::kInvalidArgument: return "invalid argument";
-    case MatmulStatus::kWorkspaceTooSmall: return "workspace too small";
-    case MatmulStatus::kUnsupportedIsa: return "instruction set not supported by this CPU";
+    case MatmulStatus::kOk:
+      return "ok";
+    case MatmulStatus::kInvalidArgument:
+      return "invalid argument";
+    case MatmulStatus::kWorkspaceTooSmall:
+      return "workspace too small";
+    case MatmulStatus::kUnsupportedIsa:
+      return "instruction set not supported by this CPU";
   }
   return "?";
 }

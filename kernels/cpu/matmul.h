@@ -6,22 +6,23 @@
 // row-major) in bf16, f16 or f32, read straight from the mmap'd checkpoint: any alignment, never
 // repacked or copied as a whole. Two regimes, chosen by m:
 //
-//   GEMV (decode, small m): bandwidth bound. Each thread streams its own slice of W rows, several
-//     rows at once with software prefetch, converts on load and accumulates in f32; every weight
-//     row is read from memory once and dotted with all m rows of x.
+//   GEMV (decode, small m): bandwidth bound. Each thread streams its own slice of W rows as
+//     several long sequential runs read side by side, converts on load and accumulates in f32;
+//     every weight row is read from memory once and dotted with all m rows of x.
 //   GEMM (prefill, large m): compute bound. With AMX and bf16 weights, W tiles are loaded from the
 //     mapping as the A operand of y^T = W · x^T and x is packed into bf16 tiles (split into
 //     hi + lo halves by default, see MatmulPrecision). Otherwise a cache-blocked FMA kernel: x is
 //     packed into token panels and each thread widens small blocks of its weight rows to f32 in
 //     the workspace just before broadcasting them against the panels.
 //
-// The group form runs several weights that share x (q/k/v, gate/up) in one parallel region: their
-// rows are concatenated and split evenly over the threads.
+// The group form runs several weights that share x (q/k/v, gate/up) together: their rows are
+// concatenated and split evenly over the threads in one parallel region.
 //
-// Accuracy: every path multiplies exactly (bf16/f16 weights widen to f32 exactly) and accumulates
-// in f32, so results match the f32 reference up to summation order (~1e-6 of sum_k |x·w|), except
-// the explicit MatmulPrecision::kBf16 on AMX (x rounded to bf16: ~4e-3 of sum_k |x·w|). With the
-// default precision a token's output does not depend on the batch it is in beyond ~1e-5 relative.
+// Accuracy: the FMA paths multiply exactly (bf16/f16 weights widen to f32 exactly) and accumulate
+// in f32, so they match the f32 reference up to summation order (~1e-6 of sum_k |x·w|). The AMX
+// default (split bf16) is within 2^-17 of exact per product; the explicit MatmulPrecision::kBf16
+// rounds x to bf16 (up to ~4e-3 of sum_k |x·w|). With the default precision a token's output
+// does not depend on the batch (and so the path) it is computed in beyond ~1e-5 relative.
 //
 // Threading: call from one thread at a time per ThreadPool (the pool's rule). No allocation, no
 // logging; the GEMM paths take a caller-provided workspace (MatmulWorkspaceBytes).
@@ -52,8 +53,8 @@ struct MatmulProjection {
   const void* weight = nullptr;  // [n, k] row-major, rows packed (stride k); any alignment
   DType dtype = DType::kBF16;    // kBF16, kF16 or kF32
   int64_t n = 0;
-  const float* bias = nullptr;   // [n] f32, or nullptr
-  float* y = nullptr;            // [m, n] f32, row stride y_stride (>= n); must not overlap x
+  const float* bias = nullptr;  // [n] f32, or nullptr
+  float* y = nullptr;           // [m, n] f32, row stride y_stride (>= n); must not overlap x
   int64_t y_stride = 0;
 };
 
@@ -72,9 +73,9 @@ enum class MatmulPath : uint8_t { kAuto, kGemv, kGemm };
 
 enum class MatmulStatus : uint8_t {
   kOk,
-  kInvalidArgument,     // null pointer, bad size or stride, unsupported dtype
-  kWorkspaceTooSmall,   // workspace_bytes < MatmulWorkspaceBytes(...)
-  kUnsupportedIsa,      // options.isa is above what this CPU supports
+  kInvalidArgument,    // null pointer, bad size or stride, unsupported dtype
+  kWorkspaceTooSmall,  // workspace_bytes < MatmulWorkspaceBytes(...)
+  kUnsupportedIsa,     // options.isa is above what this CPU supports
 };
 
 struct MatmulOptions {
@@ -87,7 +88,7 @@ struct MatmulOptions {
 // Largest m that MatmulPath::kAuto runs as a GEMV on `isa`; larger m runs the GEMM path.
 int64_t MatmulGemvMaxM(Isa isa);
 
-// The path and instruction set a call with these options takes for x with m rows.
+// The path a call with these options takes for x with m rows.
 MatmulPath ChooseMatmulPath(int64_t m, const MatmulOptions& options = {});
 
 // Bytes of workspace a call with x of [m, k] on a pool of `num_threads` needs (0 when the chosen
@@ -99,7 +100,8 @@ size_t MatmulWorkspaceBytes(int64_t m, int64_t k, int num_threads,
 MatmulStatus Matmul(const MatmulInput& x, const MatmulProjection& projection, ThreadPool& pool,
                     void* workspace, size_t workspace_bytes, const MatmulOptions& options = {});
 
-// The same for several weights sharing x, in one parallel region (their rows split as one range).
+// The same for several weights sharing x: their rows are split over the threads as one range, in
+// one parallel region (the GEMM paths add one before it to pack x). Outputs must not overlap.
 MatmulStatus MatmulGroup(const MatmulInput& x, std::span<const MatmulProjection> projections,
                          ThreadPool& pool, void* workspace, size_t workspace_bytes,
                          const MatmulOptions& options = {});

@@ -13,9 +13,10 @@
 // Ownership: threads split the concatenated weight rows of the group in units of 32 rows (two A
 // tiles); each thread computes all m for its rows, so no two threads write the same y element.
 // Per 32 rows × 32 tokens block the four C tiles live in tmm0-3, the two weight tiles in tmm4-5
-// and x tiles in tmm6-7. Rows past the last full 16 of a weight, and f16/f32 weights, go to the
-// AVX-512 FMA kernel (GemmRowsAvx512). A k tail (k % 32) is copied with zero padding into a
-// per-thread 16×32 scratch tile, so nothing is read past a row, odd k included.
+// and x tiles in tmm6-7. Rows past the last full 16 of a weight go to the AVX-512 dot kernel
+// (GemmRowsAvx512); groups with f16/f32 weights never come here (the dispatcher runs them on the
+// AVX-512 panel GEMM). A k tail (k % 32) is copied with zero padding into a per-thread 16×32
+// scratch tile, so nothing is read past a row, odd k included.
 //
 // Loop nest per thread: m0 (kMc tokens) > k chunk (kChunkBlocks × 32) > 32 weight rows >
 // 32 tokens > k blocks. The packed x of one chunk (kMc × chunk × 2 bytes × parts) stays in L2
@@ -44,9 +45,9 @@
 namespace loom::cpu::matmul_internal {
 namespace {
 
-constexpr int64_t kTileBytes = 1024;  // 16 rows × 64 bytes
-constexpr int64_t kTileK = 32;        // bf16 elements of k per tile row
-constexpr int64_t kMc = 256;          // tokens per x block (multiple of 32)
+constexpr int64_t kTileBytes = 1024;        // 16 rows × 64 bytes
+constexpr int64_t kTileK = 32;              // bf16 elements of k per tile row
+constexpr int64_t kMc = 256;                // tokens per x block (multiple of 32)
 constexpr int64_t kChunkBlocksSplit = 32;   // k blocks of 32 per chunk with x_hi + x_lo
 constexpr int64_t kChunkBlocksSingle = 64;  // the same with x_hi only
 constexpr int64_t kThreadScratchBytes = 6 * kTileBytes;
@@ -70,12 +71,16 @@ inline void TileZero() {
 }
 template <int kTile>
 inline void TileLoad(const void* base, int64_t stride) {
-  __asm__ volatile("tileloadd (%0,%1,1), %%tmm%c2" : : "r"(base), "r"(stride), "i"(kTile)
+  __asm__ volatile("tileloadd (%0,%1,1), %%tmm%c2"
+                   :
+                   : "r"(base), "r"(stride), "i"(kTile)
                    : "memory");
 }
 template <int kTile>
 inline void TileStore(void* base, int64_t stride) {
-  __asm__ volatile("tilestored %%tmm%c2, (%0,%1,1)" : : "r"(base), "r"(stride), "i"(kTile)
+  __asm__ volatile("tilestored %%tmm%c2, (%0,%1,1)"
+                   :
+                   : "r"(base), "r"(stride), "i"(kTile)
                    : "memory");
 }
 // tmm[kC] += tmm[kA] · tmm[kB] (bf16 pairs, f32 accumulate).
@@ -139,9 +144,9 @@ __m512i RoundToBf16(__m512 v) {
 // 32 bf16 (high halves of lo's and hi's lanes, in order) packed into 16 dwords: dword r holds
 // elements 2r (low half) and 2r + 1 (high half), the VNNI pair of k.
 __m512i PackPairs(__m512i lo, __m512i hi) {
-  const __m512i odd_words = _mm512_set_epi16(
-      63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33,
-      31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+  const __m512i odd_words =
+      _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27,
+                       25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
   return _mm512_permutex2var_epi16(lo, odd_words, hi);
 }
 
@@ -153,7 +158,9 @@ struct PackedX {
   int64_t num_blocks;
   int64_t num_parts;
   int64_t group_stride() const { return num_blocks * num_parts * kTileBytes; }
-  uint8_t* tile(int64_t g, int64_t b) const { return data + g * group_stride() + b * num_parts * kTileBytes; }
+  uint8_t* tile(int64_t g, int64_t b) const {
+    return data + g * group_stride() + b * num_parts * kTileBytes;
+  }
 };
 
 // Packs the tiles of token group g (zero past m and past k).
@@ -164,7 +171,8 @@ void PackGroup(const MatmulInput& x, int64_t g, const PackedX& packed) {
     const int64_t k_left = x.k - k0;
     const __mmask16 mask0 = k_left >= 16 ? 0xffff : static_cast<__mmask16>((1u << k_left) - 1u);
     const __mmask16 mask1 =
-        k_left >= 32 ? 0xffff : (k_left <= 16 ? 0 : static_cast<__mmask16>((1u << (k_left - 16)) - 1u));
+        k_left >= 32 ? 0xffff
+                     : (k_left <= 16 ? 0 : static_cast<__mmask16>((1u << (k_left - 16)) - 1u));
     __m512i hi[16];
     __m512i lo[16];
     for (int64_t c = 0; c < 16; ++c) {
@@ -196,16 +204,16 @@ void PackGroup(const MatmulInput& x, int64_t g, const PackedX& packed) {
 
 // One block of up to 32 weight rows × 32 tokens over k blocks [block_begin, block_end).
 struct BlockArgs {
-  const uint8_t* w;           // weight row n0, k = 0
-  int64_t w_stride;           // bytes between weight rows (k * 2)
-  const uint8_t* x_tiles;     // packed tile (first group, k block 0)
-  int64_t x_group_stride;     // bytes between token groups
-  int64_t num_parts;          // 2: x_hi and x_lo tiles follow each other
+  const uint8_t* w;        // weight row n0, k = 0
+  int64_t w_stride;        // bytes between weight rows (k * 2)
+  const uint8_t* x_tiles;  // packed tile (first group, k block 0)
+  int64_t x_group_stride;  // bytes between token groups
+  int64_t num_parts;       // 2: x_hi and x_lo tiles follow each other
   int64_t block_begin;
   int64_t block_end;
-  int64_t num_full_blocks;    // k / 32; block num_full_blocks is the zero-padded tail
-  const uint8_t* w_tail;      // the k tail of the block's weight rows, 16×64 bytes per group
-  float* c_stage;             // 4 C tiles of 16×16 f32
+  int64_t num_full_blocks;  // k / 32; block num_full_blocks is the zero-padded tail
+  const uint8_t* w_tail;    // the k tail of the block's weight rows, 16×64 bytes per group
+  float* c_stage;           // 4 C tiles of 16×16 f32
 };
 
 // C[ng][mg] (tile 2 ng + mg) += A[ng] · B(x tile at xt, group mg).
@@ -296,47 +304,54 @@ struct AmxCall {
   int64_t chunk_blocks;
 };
 
+// Tokens [m0, m1) against 32 (ng = 2) or 16 weight rows from row n, k blocks as set in `a`;
+// the C tiles go to y (assigned with bias on the first k chunk, added to after).
+void RunRowBlock(const AmxCall& call, const MatmulProjection& p, int64_t n, int ng, int64_t m0,
+                 int64_t m1, BlockArgs& a) {
+  const bool first_chunk = a.block_begin == 0;
+  a.w = static_cast<const uint8_t*>(p.weight) + n * a.w_stride;
+  for (int64_t i = m0; i < m1; i += 32) {
+    const int mg = m1 - i > 16 ? 2 : 1;
+    a.x_tiles = call.packed.tile(i / 16, 0);
+    PickComputeBlock(ng, mg, call.packed.num_parts == 2)(a);
+    for (int t = 0; t < ng * 2; ++t) {  // tile t = 2 * (weight group) + (token group)
+      const int g = t % 2;
+      if (g >= mg) continue;
+      const int64_t tokens = m1 - (i + 16 * g) < 16 ? m1 - (i + 16 * g) : 16;
+      WriteTile(a.c_stage + t * 256, p, n + 16 * (t / 2), i + 16 * g, tokens, first_chunk);
+    }
+  }
+}
+
 // Weight rows [n0, n1) of one bf16 projection, n1 - n0 a multiple of 16, all tokens.
 void RunTileRows(const AmxCall& call, const MatmulProjection& p, int64_t n0, int64_t n1,
                  uint8_t* scratch) {
   const MatmulInput& x = call.args->x;
   const PackedX& packed = call.packed;
-  const int64_t num_full_blocks = x.k / kTileK;
-  const bool split = packed.num_parts == 2;
   BlockArgs a{};
   a.w_stride = x.k * 2;
   a.x_group_stride = packed.group_stride();
   a.num_parts = packed.num_parts;
-  a.num_full_blocks = num_full_blocks;
+  a.num_full_blocks = x.k / kTileK;
   a.w_tail = scratch;
   a.c_stage = reinterpret_cast<float*>(scratch + 2 * kTileBytes);
   for (int64_t m0 = 0; m0 < x.m; m0 += kMc) {
     const int64_t m1 = m0 + kMc < x.m ? m0 + kMc : x.m;
     for (int64_t b0 = 0; b0 < packed.num_blocks; b0 += call.chunk_blocks) {
       a.block_begin = b0;
-      a.block_end = b0 + call.chunk_blocks < packed.num_blocks ? b0 + call.chunk_blocks
-                                                               : packed.num_blocks;
+      a.block_end =
+          b0 + call.chunk_blocks < packed.num_blocks ? b0 + call.chunk_blocks : packed.num_blocks;
       for (int64_t n = n0; n < n1; n += 32) {
         const int ng = n1 - n >= 32 ? 2 : 1;
-        if (a.block_end > num_full_blocks) CopyWeightTail(p, x.k, n, ng, scratch);
-        a.w = static_cast<const uint8_t*>(p.weight) + n * a.w_stride;
-        for (int64_t i = m0; i < m1; i += 32) {
-          const int mg = m1 - i > 16 ? 2 : 1;
-          a.x_tiles = packed.tile(i / 16, 0);
-          PickComputeBlock(ng, mg, split)(a);
-          for (int t = 0; t < ng * 2; ++t) {
-            const int g = t % 2;
-            if (g >= mg) continue;
-            const int64_t tokens = m1 - (i + 16 * g) < 16 ? m1 - (i + 16 * g) : 16;
-            WriteTile(a.c_stage + t * 256, p, n + 16 * (t / 2), i + 16 * g, tokens, b0 == 0);
-          }
-        }
+        if (a.block_end > a.num_full_blocks) CopyWeightTail(p, x.k, n, ng, scratch);
+        RunRowBlock(call, p, n, ng, m0, m1, a);
       }
     }
   }
 }
 
-// One thread's rows of one projection: tiles for bf16 rows in whole 16s, FMA for the rest.
+// One thread's rows of one projection: tiles for bf16 rows in whole 16s, the AVX-512 dot kernel
+// for the rest (and for a non-bf16 weight, which the dispatcher does not send here).
 void RunProjectionRows(const AmxCall& call, const MatmulProjection& p, int64_t row_begin,
                        int64_t row_end, uint8_t* scratch) {
   if (p.dtype != DType::kBF16) {

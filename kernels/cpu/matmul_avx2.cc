@@ -41,7 +41,8 @@ struct Avx2 {
     } else if constexpr (std::is_same_v<W, F16Weight>) {
       return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     } else {
-      const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+      const __m256i wide =
+          _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
       return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
     }
   }
@@ -65,10 +66,10 @@ struct Avx2 {
   static void Prefetch(const char* p) { _mm_prefetch(p, _MM_HINT_T0); }
 };
 
-// GEMV: weight rows walked side by side (kNr = 4, or 3 for m >= 4 to stay within 12
-// accumulators) and no software prefetch. Measured over a 1 GiB sweep on the AMD EPYC (Zen 3)
-// development machine: 4 concurrent rows per thread beat 1, 2 and 8 with two threads, and
-// prefetching 256 B to 2 KiB ahead only lost bandwidth (bench/results/cpu_matmul.md).
+// GEMV: kNr = 4 runs of weight rows walked side by side (3 for m >= 4, to stay within 12
+// accumulators), no software prefetch. Measured over a 1 GiB sweep on the AMD EPYC (Zen 3)
+// development machine (bench/results/cpu_matmul.md): 6 or 8 runs were no better, and prefetching
+// ahead lost bandwidth with adjacent rows and was within the noise with the run order.
 constexpr int kGemvPrefetchBytes = 0;
 
 // GEMM (matmul_panel_inl.h): 6 weight rows per tile; tokens, k and weight rows per block, sized
@@ -76,16 +77,24 @@ constexpr int kGemvPrefetchBytes = 0;
 // x^T of mc tokens: 224 KiB).
 constexpr int kGemmRows = 6;
 constexpr PanelBlocking kGemmBlocking = {128, 256, 96};
-constexpr int64_t kGemmPanel = 16;
+constexpr int64_t kGemmPanel = 2 * Avx2::kLanes;  // tokens per x^T panel
 
 }  // namespace
 
 void GemvAvx2(const GroupArgs& args, ThreadPool& pool) {
   switch (args.x.m) {
-    case 1: RunGroup<Avx2, 1, 4, kGemvPrefetchBytes>(args, pool, GemvBlocking(args.x, 4)); break;
-    case 2: RunGroup<Avx2, 2, 4, kGemvPrefetchBytes>(args, pool, GemvBlocking(args.x, 4)); break;
-    case 3: RunGroup<Avx2, 3, 4, kGemvPrefetchBytes>(args, pool, GemvBlocking(args.x, 4)); break;
-    default: RunGroup<Avx2, 4, 3, kGemvPrefetchBytes>(args, pool, GemvBlocking(args.x, 3)); break;
+    case 1:
+      RunGemvGroup<Avx2, 1, 4, kGemvPrefetchBytes>(args, pool);
+      break;
+    case 2:
+      RunGemvGroup<Avx2, 2, 4, kGemvPrefetchBytes>(args, pool);
+      break;
+    case 3:
+      RunGemvGroup<Avx2, 3, 4, kGemvPrefetchBytes>(args, pool);
+      break;
+    default:
+      RunGemvGroup<Avx2, 4, 3, kGemvPrefetchBytes>(args, pool);
+      break;
   }
 }
 

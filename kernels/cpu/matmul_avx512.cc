@@ -2,7 +2,7 @@
 // zmm vectors.
 //
 // Tiles (32 zmm registers): GEMV keeps m * kNr accumulators with kNr = 8 for m <= 3 and 6 for
-// m >= 4 (6 to 8 concurrent weight-row streams per thread, prefetched 512 B ahead); GEMM keeps
+// m >= 4 (that many concurrent weight-row streams per thread, prefetched 512 B ahead); GEMM keeps
 // 12 weight rows × 32 tokens (24 accumulators + 2 x vectors + broadcasts). bf16 widens by
 // vpmovzxwd + vpslld 16, f16 by vcvtph2ps; k tails use fault-free masked loads, never read past a
 // row. GemmRowsAvx512 (the dot kernel, 4 x rows × 6 weight rows, no workspace) serves the AMX
@@ -64,10 +64,10 @@ struct Avx512 {
   static void Prefetch(const char* p) { _mm_prefetch(p, _MM_HINT_T0); }
 };
 
-// GEMV prefetch distance per weight row. The Sapphire Rapids baselines show one stream per core
-// gaining nothing from software prefetch and several streams per core reaching the roofline, and
-// on the AVX2 machine prefetching only lost bandwidth; 512 B is kept here until it is measured on
-// an AVX-512 machine (bench/results/cpu_matmul.md).
+// GEMV: kNr = 8 runs of weight rows per thread (the Sapphire Rapids baselines reach the roofline
+// with 8 streams per core), each prefetched 512 B ahead. Those baselines show no gain from
+// software prefetch on one stream, and on the AVX2 machine it was neutral to harmful; it stays at
+// 512 B until it is measured on an AVX-512 machine (bench/results/cpu_matmul.md).
 constexpr int kGemvPrefetchBytes = 512;
 
 // Dot-kernel blocking for GemmRowsAvx512 (matmul_dot_inl.h): x rows, k, weight rows per block;
@@ -79,17 +79,25 @@ constexpr FmaBlocking kDotBlocking = {64, 512, 96};
 // mc tokens: 480 KiB). Not tuned on hardware yet (see bench/results/cpu_matmul.md).
 constexpr int kGemmRows = 12;
 constexpr PanelBlocking kGemmBlocking = {256, 256, 96};
-constexpr int64_t kGemmPanel = 32;
+constexpr int64_t kGemmPanel = 2 * Avx512::kLanes;  // tokens per x^T panel
 
 }  // namespace
 
 void GemvAvx512(const GroupArgs& args, ThreadPool& pool) {
   constexpr int kPf = kGemvPrefetchBytes;
   switch (args.x.m) {
-    case 1: RunGroup<Avx512, 1, 8, kPf>(args, pool, GemvBlocking(args.x, 8)); break;
-    case 2: RunGroup<Avx512, 2, 8, kPf>(args, pool, GemvBlocking(args.x, 8)); break;
-    case 3: RunGroup<Avx512, 3, 8, kPf>(args, pool, GemvBlocking(args.x, 8)); break;
-    default: RunGroup<Avx512, 4, 6, kPf>(args, pool, GemvBlocking(args.x, 6)); break;
+    case 1:
+      RunGemvGroup<Avx512, 1, 8, kPf>(args, pool);
+      break;
+    case 2:
+      RunGemvGroup<Avx512, 2, 8, kPf>(args, pool);
+      break;
+    case 3:
+      RunGemvGroup<Avx512, 3, 8, kPf>(args, pool);
+      break;
+    default:
+      RunGemvGroup<Avx512, 4, 6, kPf>(args, pool);
+      break;
   }
 }
 
@@ -103,7 +111,7 @@ size_t GemmAvx512WorkspaceBytes(int64_t m, int64_t k, int num_threads) {
 
 void GemmRowsAvx512(const MatmulInput& x, const MatmulProjection& projection, int64_t row_begin,
                     int64_t row_end) {
-  RunProjectionRows<Avx512, 4, 6, 0>(x, projection, row_begin, row_end, kDotBlocking);
+  BlockedProjectionRows<Avx512, 4, 6>(x, projection, row_begin, row_end, kDotBlocking);
 }
 
 }  // namespace loom::cpu::matmul_internal

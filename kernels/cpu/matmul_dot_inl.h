@@ -10,13 +10,15 @@
 // Work split: the rows of all weights of a group are cut into units of kNr rows; thread t gets a
 // contiguous run of units (its own weight rows, its own y columns, no write sharing).
 //
-// Loop nest per thread and weight (blocking sizes in FmaBlocking):
+// GEMV order (RunGemvRows, the decode path): a thread's rows are cut into kNr equal runs and a
+// tile takes one row from each, with all of k and all m rows of x (in chunks of kMr, the weight
+// rows staying in L1 in between). Each weight byte is read from DRAM once, as kNr long sequential
+// streams per thread; x (m * k * 4 bytes) stays in cache.
+//
+// Blocked order (RunBlockedRows: the scalar GEMM and the AVX-512 rows the AMX tiles leave):
 //   m0 (mc rows of x) > k0 (kc) > n0 (nc weight rows) > i (kMr x rows) > j (kNr weight rows)
 // The kMr x rows of kc stay in L1 while j walks nc weight rows of kc, which stay in L2 while i
-// walks mc. GEMV is the same nest with mc = m, kc = k, nc = kNr and prefetch on: each group of kNr
-// weight rows is streamed from memory once (kNr concurrent streams per thread) and dotted with
-// every row of x before the next group. Bytes moved: GEMV reads each weight byte once from DRAM
-// and x (m * k * 4 bytes) from cache; GEMM reads W once per mc rows of x.
+// walks mc; the weight is read from memory once per mc rows of x.
 //
 // The loops over tile dimensions carry `#pragma GCC unroll`: without it gcc -O3 keeps the
 // accumulator arrays in memory and stores them on every step.
@@ -48,13 +50,12 @@ struct F32Weight {
   using Storage = float;
 };
 
-// Loop-nest sizes (see the file comment).
+// Blocked loop-nest sizes (see the file comment).
 struct FmaBlocking {
   int64_t mc;
   int64_t kc;
   int64_t nc;
 };
-
 
 template <typename T>
 constexpr T MinOf(T a, T b) {
@@ -63,19 +64,19 @@ constexpr T MinOf(T a, T b) {
 
 // acc[a][r] += x[a] . w[r] over [k, k + kLanes) (or a partial last vector of `count` lanes).
 template <class T, class W, int kMr, int kNr, bool kPartial>
-inline void DotStep(const float* const* x_rows, const typename W::Storage* const* w_rows,
-                    int64_t k, int count, typename T::V (&acc)[kMr][kNr]) {
+inline void DotStep(const float* const* x_rows, const typename W::Storage* const* w_rows, int64_t k,
+                    int count, typename T::V (&acc)[kMr][kNr]) {
   using V = typename T::V;
   V xv[kMr];
-  #pragma GCC unroll 32
+#pragma GCC unroll 32
   for (int a = 0; a < kMr; ++a) {
     xv[a] = kPartial ? T::LoadXPartial(x_rows[a] + k, count) : T::LoadX(x_rows[a] + k);
   }
-  #pragma GCC unroll 32
+#pragma GCC unroll 32
   for (int r = 0; r < kNr; ++r) {
     const V wv = kPartial ? T::template LoadWPartial<W>(w_rows[r] + k, count)
                           : T::template LoadW<W>(w_rows[r] + k);
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int a = 0; a < kMr; ++a) acc[a][r] = T::Fma(xv[a], wv, acc[a][r]);
   }
 }
@@ -88,24 +89,23 @@ inline void DotTile(const float* const* x_rows, const typename W::Storage* const
   using S = typename W::Storage;
   constexpr int kLanes = T::kLanes;
   // One 64-byte line of each weight row per iteration, so one prefetch per row per iteration.
-  constexpr int kUnroll = 64 / static_cast<int>(sizeof(S)) / kLanes > 0
-                              ? 64 / static_cast<int>(sizeof(S)) / kLanes
-                              : 1;
+  constexpr int kUnroll =
+      64 / static_cast<int>(sizeof(S)) / kLanes > 0 ? 64 / static_cast<int>(sizeof(S)) / kLanes : 1;
   V acc[kMr][kNr];
-  #pragma GCC unroll 32
+#pragma GCC unroll 32
   for (int a = 0; a < kMr; ++a) {
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int r = 0; r < kNr; ++r) acc[a][r] = T::Zero();
   }
   int64_t k = 0;
   for (; k + kUnroll * kLanes <= len; k += kUnroll * kLanes) {
     if constexpr (kPrefetchBytes > 0) {
-      #pragma GCC unroll 32
+#pragma GCC unroll 32
       for (int r = 0; r < kNr; ++r) {
         T::Prefetch(reinterpret_cast<const char*>(w_rows[r] + k) + kPrefetchBytes);
       }
     }
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int u = 0; u < kUnroll; ++u) {
       DotStep<T, W, kMr, kNr, false>(x_rows, w_rows, k + u * kLanes, kLanes, acc);
     }
@@ -116,38 +116,47 @@ inline void DotTile(const float* const* x_rows, const typename W::Storage* const
   if (k < len) {
     DotStep<T, W, kMr, kNr, true>(x_rows, w_rows, k, static_cast<int>(len - k), acc);
   }
-  #pragma GCC unroll 32
+#pragma GCC unroll 32
   for (int a = 0; a < kMr; ++a) {
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int r = 0; r < kNr; ++r) out[a * kNr + r] = T::ReduceAdd(acc[a][r]);
   }
 }
 
-// One tile: x rows [i, i + kMr) by weight rows [j, min(j + kNr, row_end)), k in [k0, k0 + len).
-// Rows past row_end repeat the last valid row (never read out of bounds) and are not stored.
-// The first k block assigns y (+ bias); later blocks add to it.
+// The weight rows of one tile: first, first + step, ..., up to kNr of them; rows at or past `end`
+// are computed on a repeat of `first` (never read out of bounds) and not stored.
+struct TileRows {
+  int64_t first;
+  int64_t step;
+  int64_t end;
+  int64_t row(int r) const { return first + r * step < end ? first + r * step : first; }
+  bool valid(int r) const { return first + r * step < end; }
+};
+
+// One tile: x rows [i, i + kMr) by `rows`, k in [k0, k0 + len). The first k block assigns y
+// (+ bias); later blocks add to it.
 template <class T, class W, int kMr, int kNr, int kPrefetchBytes>
-void RunTile(const MatmulInput& x, const MatmulProjection& p, int64_t i, int64_t j,
-             int64_t row_end, int64_t k0, int64_t len) {
+void RunTile(const MatmulInput& x, const MatmulProjection& p, int64_t i, const TileRows& rows,
+             int64_t k0, int64_t len) {
   using S = typename W::Storage;
   const S* w = static_cast<const S*>(p.weight);
   const float* x_rows[kMr];
   const S* w_rows[kNr];
-  #pragma GCC unroll 32
+#pragma GCC unroll 32
   for (int a = 0; a < kMr; ++a) x_rows[a] = x.data + (i + a) * x.stride + k0;
-  #pragma GCC unroll 32
-  for (int r = 0; r < kNr; ++r) w_rows[r] = w + MinOf(j + r, row_end - 1) * x.k + k0;
+#pragma GCC unroll 32
+  for (int r = 0; r < kNr; ++r) w_rows[r] = w + rows.row(r) * x.k + k0;
   float out[kMr * kNr];
   DotTile<T, W, kMr, kNr, kPrefetchBytes>(x_rows, w_rows, len, out);
-  const int nr = static_cast<int>(MinOf<int64_t>(kNr, row_end - j));
-  #pragma GCC unroll 32
+#pragma GCC unroll 32
   for (int a = 0; a < kMr; ++a) {
-    float* y = p.y + (i + a) * p.y_stride + j;
-    for (int r = 0; r < nr; ++r) {
+    float* y = p.y + (i + a) * p.y_stride;
+    for (int r = 0; r < kNr && rows.valid(r); ++r) {
+      const int64_t n = rows.row(r);
       if (k0 != 0) {
-        y[r] += out[a * kNr + r];
+        y[n] += out[a * kNr + r];
       } else {
-        y[r] = p.bias != nullptr ? out[a * kNr + r] + p.bias[j + r] : out[a * kNr + r];
+        y[n] = p.bias != nullptr ? out[a * kNr + r] + p.bias[n] : out[a * kNr + r];
       }
     }
   }
@@ -155,19 +164,37 @@ void RunTile(const MatmulInput& x, const MatmulProjection& p, int64_t i, int64_t
 
 // RunTile with the row count mr <= kMrMax chosen at run time.
 template <class T, class W, int kMrMax, int kNr, int kPrefetchBytes>
-void RunTileRows(int mr, const MatmulInput& x, const MatmulProjection& p, int64_t i, int64_t j,
-                 int64_t row_end, int64_t k0, int64_t len) {
+void RunTileRows(int mr, const MatmulInput& x, const MatmulProjection& p, int64_t i,
+                 const TileRows& rows, int64_t k0, int64_t len) {
   if (mr == kMrMax) {
-    RunTile<T, W, kMrMax, kNr, kPrefetchBytes>(x, p, i, j, row_end, k0, len);
+    RunTile<T, W, kMrMax, kNr, kPrefetchBytes>(x, p, i, rows, k0, len);
   } else if constexpr (kMrMax > 1) {
-    RunTileRows<T, W, kMrMax - 1, kNr, kPrefetchBytes>(mr, x, p, i, j, row_end, k0, len);
+    RunTileRows<T, W, kMrMax - 1, kNr, kPrefetchBytes>(mr, x, p, i, rows, k0, len);
   }
 }
 
-// The loop nest over weight rows [row_begin, row_end) of one projection.
+// GEMV order over weight rows [row_begin, row_end): the rows are cut into kNr equal runs walked
+// side by side, so a tile's kNr rows lie far apart and each run is read front to back. That gives
+// kNr long sequential streams, as in the multi-stream read roofline, where kNr adjacent rows
+// would be kNr short streams that restart the hardware prefetchers at every row. Each tile takes
+// all of k and all m rows of x (in chunks of kMrMax, the weight rows staying in L1 meanwhile).
 template <class T, class W, int kMrMax, int kNr, int kPrefetchBytes>
-void RunRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begin, int64_t row_end,
-             const FmaBlocking& b) {
+void RunGemvRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begin,
+                 int64_t row_end) {
+  const int64_t step = (row_end - row_begin + kNr - 1) / kNr;
+  for (int64_t j = 0; j < step; ++j) {
+    const TileRows rows{row_begin + j, step, row_end};
+    for (int64_t i = 0; i < x.m; i += kMrMax) {
+      const int mr = static_cast<int>(MinOf<int64_t>(kMrMax, x.m - i));
+      RunTileRows<T, W, kMrMax, kNr, kPrefetchBytes>(mr, x, p, i, rows, 0, x.k);
+    }
+  }
+}
+
+// Blocked order over weight rows [row_begin, row_end) (see the file comment).
+template <class T, class W, int kMrMax, int kNr>
+void RunBlockedRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begin,
+                    int64_t row_end, const FmaBlocking& b) {
   for (int64_t m0 = 0; m0 < x.m; m0 += b.mc) {
     const int64_t m1 = MinOf(x.m, m0 + b.mc);
     for (int64_t k0 = 0; k0 < x.k; k0 += b.kc) {
@@ -177,7 +204,7 @@ void RunRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begin,
         for (int64_t i = m0; i < m1; i += kMrMax) {
           const int mr = static_cast<int>(MinOf<int64_t>(kMrMax, m1 - i));
           for (int64_t j = n0; j < n1; j += kNr) {
-            RunTileRows<T, W, kMrMax, kNr, kPrefetchBytes>(mr, x, p, i, j, n1, k0, len);
+            RunTileRows<T, W, kMrMax, kNr, 0>(mr, x, p, i, TileRows{j, 1, n1}, k0, len);
           }
         }
       }
@@ -185,37 +212,60 @@ void RunRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begin,
   }
 }
 
-template <class T, int kMrMax, int kNr, int kPrefetchBytes>
-void RunProjectionRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begin,
-                       int64_t row_end, const FmaBlocking& b) {
-  switch (p.dtype) {
+// Calls fn(W{}) with the weight type tag of `dtype`.
+template <typename Fn>
+void WithWeightType(DType dtype, const Fn& fn) {
+  switch (dtype) {
     case DType::kBF16:
-      RunRows<T, Bf16Weight, kMrMax, kNr, kPrefetchBytes>(x, p, row_begin, row_end, b);
-      break;
+      return fn(Bf16Weight{});
     case DType::kF16:
-      RunRows<T, F16Weight, kMrMax, kNr, kPrefetchBytes>(x, p, row_begin, row_end, b);
-      break;
+      return fn(F16Weight{});
     default:
-      RunRows<T, F32Weight, kMrMax, kNr, kPrefetchBytes>(x, p, row_begin, row_end, b);
-      break;
+      return fn(F32Weight{});
   }
 }
 
-// The whole group on the pool: units of kNr rows, one contiguous run per thread.
+// The GEMV over weight rows [row_begin, row_end) of one projection on the calling thread.
 template <class T, int kMrMax, int kNr, int kPrefetchBytes>
-void RunGroup(const GroupArgs& args, ThreadPool& pool, const FmaBlocking& b) {
+void GemvProjectionRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begin,
+                        int64_t row_end) {
+  WithWeightType(p.dtype, [&]<class W>(W) {
+    RunGemvRows<T, W, kMrMax, kNr, kPrefetchBytes>(x, p, row_begin, row_end);
+  });
+}
+
+// The blocked dot-product GEMM over weight rows [row_begin, row_end) of one projection.
+template <class T, int kMrMax, int kNr>
+void BlockedProjectionRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begin,
+                           int64_t row_end, const FmaBlocking& b) {
+  WithWeightType(
+      p.dtype, [&]<class W>(W) { RunBlockedRows<T, W, kMrMax, kNr>(x, p, row_begin, row_end, b); });
+}
+
+// The GEMV of a whole group on the pool: units of kNr rows, one contiguous run per thread.
+template <class T, int kMrMax, int kNr, int kPrefetchBytes>
+void RunGemvGroup(const GroupArgs& args, ThreadPool& pool) {
   const int64_t num_units = CountRowUnits(args.projections, kNr);
   pool.ParallelFor(num_units, [&](int64_t unit_begin, int64_t unit_end, int /*thread*/) {
     ForEachRowRange(args.projections, kNr, unit_begin, unit_end,
                     [&](const MatmulProjection& p, int64_t row_begin, int64_t row_end) {
-                      RunProjectionRows<T, kMrMax, kNr, kPrefetchBytes>(args.x, p, row_begin, row_end,
-                                                                   b);
+                      GemvProjectionRows<T, kMrMax, kNr, kPrefetchBytes>(args.x, p, row_begin,
+                                                                         row_end);
                     });
   });
 }
 
-// GEMV blocking: all of x and all of k per weight row group (see the file comment).
-inline FmaBlocking GemvBlocking(const MatmulInput& x, int nr) { return {x.m, x.k, nr}; }
+// The blocked dot-product GEMM of a whole group (the scalar level's GEMM).
+template <class T, int kMrMax, int kNr>
+void RunBlockedGroup(const GroupArgs& args, ThreadPool& pool, const FmaBlocking& b) {
+  const int64_t num_units = CountRowUnits(args.projections, kNr);
+  pool.ParallelFor(num_units, [&](int64_t unit_begin, int64_t unit_end, int /*thread*/) {
+    ForEachRowRange(args.projections, kNr, unit_begin, unit_end,
+                    [&](const MatmulProjection& p, int64_t row_begin, int64_t row_end) {
+                      BlockedProjectionRows<T, kMrMax, kNr>(args.x, p, row_begin, row_end, b);
+                    });
+  });
+}
 
 }  // namespace
 }  // namespace loom::cpu::matmul_internal

@@ -104,7 +104,8 @@ void WidenBlock(const MatmulProjection& p, int64_t k, int64_t n0, int64_t rows, 
     }
     for (int64_t kk = 0; kk < full; kk += kLanes) {
 #pragma GCC unroll 4
-      for (int i = 0; i < kRowsAtOnce; ++i) T::Store(out[i] + kk, T::template LoadW<W>(src[i] + kk));
+      for (int i = 0; i < kRowsAtOnce; ++i)
+        T::Store(out[i] + kk, T::template LoadW<W>(src[i] + kk));
     }
     if (full < len) {  // the partial last vector goes through a local copy
       for (int i = 0; i < kRowsAtOnce; ++i) {
@@ -129,25 +130,25 @@ void PanelTile(const float* xt, int64_t panel, const float* w, int64_t kc, int64
   using V = typename T::V;
   constexpr int kLanes = T::kLanes;
   V acc[kNr][kMv];
-  #pragma GCC unroll 32
+#pragma GCC unroll 32
   for (int r = 0; r < kNr; ++r) {
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int v = 0; v < kMv; ++v) acc[r][v] = T::Zero();
   }
   for (int64_t kk = 0; kk < len; ++kk) {
     V xv[kMv];
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int v = 0; v < kMv; ++v) xv[v] = T::LoadX(xt + kk * panel + v * kLanes);
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int r = 0; r < kNr; ++r) {
       const V wv = T::Broadcast(w + r * kc + kk);
-      #pragma GCC unroll 32
+#pragma GCC unroll 32
       for (int v = 0; v < kMv; ++v) acc[r][v] = T::Fma(wv, xv[v], acc[r][v]);
     }
   }
-  #pragma GCC unroll 32
+#pragma GCC unroll 32
   for (int r = 0; r < kNr; ++r) {
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int v = 0; v < kMv; ++v) {
       float* out = acc_out + r * ld + v * kLanes;
       T::Store(out, first ? acc[r][v] : T::Add(acc[r][v], T::LoadX(out)));
@@ -157,13 +158,14 @@ void PanelTile(const float* xt, int64_t panel, const float* w, int64_t kc, int64
 
 // y[i, n0 + r] = acc[r][i - m0] (+ bias) for the block's rows and tokens, 8 tokens at a time so
 // both the accumulator rows and the 8 rows of y being written stay in L1.
-inline void WriteBlock(const MatmulProjection& p, int64_t n0, int64_t rows, int64_t m0,
-                       int64_t m1, const float* acc, int64_t ld) {
+inline void WriteBlock(const MatmulProjection& p, int64_t n0, int64_t rows, int64_t m0, int64_t m1,
+                       const float* acc, int64_t ld) {
   for (int64_t i0 = m0; i0 < m1; i0 += 8) {
     const int64_t i1 = MinOf(m1, i0 + 8);
     for (int64_t r = 0; r < rows; ++r) {
       const float bias = p.bias != nullptr ? p.bias[n0 + r] : 0.0f;
-      for (int64_t i = i0; i < i1; ++i) p.y[i * p.y_stride + n0 + r] = acc[r * ld + (i - m0)] + bias;
+      for (int64_t i = i0; i < i1; ++i)
+        p.y[i * p.y_stride + n0 + r] = acc[r * ld + (i - m0)] + bias;
     }
   }
 }
@@ -176,16 +178,16 @@ void PrefetchBlockRows(const MatmulProjection& p, int64_t k, int64_t n0, int64_t
   using S = typename W::Storage;
   const int64_t bytes = len * static_cast<int64_t>(sizeof(S));
   for (int64_t r = r_begin; r < r_end; ++r) {
-    const char* row = reinterpret_cast<const char*>(static_cast<const S*>(p.weight) +
-                                                    (n0 + r) * k + k0);
+    const char* row =
+        reinterpret_cast<const char*>(static_cast<const S*>(p.weight) + (n0 + r) * k + k0);
     for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b, 0, 2);
   }
 }
 
 // One thread's weight rows [row_begin, row_end) of one projection.
 template <class T, class W, int kNr>
-void PanelRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begin,
-               int64_t row_end, const PanelBlocking& b, const PanelWorkspace& ws, int thread) {
+void PanelRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begin, int64_t row_end,
+               const PanelBlocking& b, const PanelWorkspace& ws, int thread) {
   constexpr int64_t kPanel = 2 * T::kLanes;
   float* block = ws.thread_buffers + thread * (ws.block_floats + ws.acc_floats);
   float* acc = block + ws.block_floats;
@@ -212,9 +214,11 @@ void PanelRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begi
           for (int64_t j = 0; j < rows_pad; j += kNr) {
             float* acc_tile = acc + j * b.mc + (i - m0);
             if (m1 - i > T::kLanes) {
-              PanelTile<T, 2, kNr>(xt, kPanel, block + j * b.kc, b.kc, len, acc_tile, b.mc, k0 == 0);
+              PanelTile<T, 2, kNr>(xt, kPanel, block + j * b.kc, b.kc, len, acc_tile, b.mc,
+                                   k0 == 0);
             } else {
-              PanelTile<T, 1, kNr>(xt, kPanel, block + j * b.kc, b.kc, len, acc_tile, b.mc, k0 == 0);
+              PanelTile<T, 1, kNr>(xt, kPanel, block + j * b.kc, b.kc, len, acc_tile, b.mc,
+                                   k0 == 0);
             }
           }
         }
@@ -236,20 +240,21 @@ void RunPanelGroup(const GroupArgs& args, ThreadPool& pool, const PanelBlocking&
   });
   const int64_t num_units = CountRowUnits(args.projections, kNr);
   pool.ParallelFor(num_units, [&](int64_t unit_begin, int64_t unit_end, int thread) {
-    ForEachRowRange(args.projections, kNr, unit_begin, unit_end,
-                    [&](const MatmulProjection& p, int64_t row_begin, int64_t row_end) {
-                      switch (p.dtype) {
-                        case DType::kBF16:
-                          PanelRows<T, Bf16Weight, kNr>(args.x, p, row_begin, row_end, b, ws, thread);
-                          break;
-                        case DType::kF16:
-                          PanelRows<T, F16Weight, kNr>(args.x, p, row_begin, row_end, b, ws, thread);
-                          break;
-                        default:
-                          PanelRows<T, F32Weight, kNr>(args.x, p, row_begin, row_end, b, ws, thread);
-                          break;
-                      }
-                    });
+    ForEachRowRange(
+        args.projections, kNr, unit_begin, unit_end,
+        [&](const MatmulProjection& p, int64_t row_begin, int64_t row_end) {
+          switch (p.dtype) {
+            case DType::kBF16:
+              PanelRows<T, Bf16Weight, kNr>(args.x, p, row_begin, row_end, b, ws, thread);
+              break;
+            case DType::kF16:
+              PanelRows<T, F16Weight, kNr>(args.x, p, row_begin, row_end, b, ws, thread);
+              break;
+            default:
+              PanelRows<T, F32Weight, kNr>(args.x, p, row_begin, row_end, b, ws, thread);
+              break;
+          }
+        });
   });
 }
 

@@ -43,14 +43,14 @@ constexpr FmaBlocking kGemmBlocking = {48, 512, 64};
 
 void GemvScalar(const GroupArgs& args, ThreadPool& pool) {
   if (args.x.m == 1) {
-    RunGroup<Scalar, 1, 8, 0>(args, pool, GemvBlocking(args.x, 8));
+    RunGemvGroup<Scalar, 1, 8, 0>(args, pool);
   } else {
-    RunGroup<Scalar, 4, 4, 0>(args, pool, GemvBlocking(args.x, 4));
+    RunGemvGroup<Scalar, 4, 4, 0>(args, pool);
   }
 }
 
 void GemmScalar(const GroupArgs& args, ThreadPool& pool) {
-  RunGroup<Scalar, 4, 4, 0>(args, pool, kGemmBlocking);
+  RunBlockedGroup<Scalar, 4, 4>(args, pool, kGemmBlocking);
 }
 
 }  // namespace loom::cpu::matmul_internal

@@ -160,8 +160,8 @@ TEST_P(MatmulPathTest, MatchesReference) {
   const auto [isa, path, dtype, precision] = GetParam();
   if (!IsaSupported(isa)) GTEST_SKIP() << IsaName(isa) << " is not supported by this CPU";
   const MatmulOptions options{precision, path, isa};
-  const double tolerance = isa == Isa::kAmx && path == MatmulPath::kGemm &&
-                                   dtype == DType::kBF16 && precision == MatmulPrecision::kBf16
+  const double tolerance = isa == Isa::kAmx && path == MatmulPath::kGemm && dtype == DType::kBF16 &&
+                                   precision == MatmulPrecision::kBf16
                                ? kBf16Tolerance
                                : kExactTolerance;
   std::mt19937 rng(1234);
@@ -208,48 +208,55 @@ INSTANTIATE_TEST_SUITE_P(
 
 class MatmulIsaTest : public testing::TestWithParam<Isa> {};
 
-// q/k/v-like group: three weights of different sizes sharing x, one parallel region; all bf16
-// (the AMX tile path) and mixed dtypes.
+// Runs one group of three weights (q/k/v-like sizes) sharing x and checks each against the
+// reference.
+void CheckGroup(const MatmulOptions& options, const DType (&dtypes)[3], int64_t m, int threads,
+                std::mt19937& rng) {
+  const int64_t k = 100;
+  const int64_t ns[3] = {64, 17, 33};
+  const std::vector<float> x = MakeX(m, k, k, rng);
+  std::vector<Weight> weights;
+  std::vector<std::vector<float>> biases, ys;
+  std::vector<MatmulProjection> projections;
+  for (int p = 0; p < 3; ++p) {
+    weights.push_back(MakeWeight(dtypes[p], ns[p], k, rng));
+    biases.push_back(MakeVector(ns[p], rng));
+    ys.emplace_back(static_cast<size_t>(m * ns[p]), std::nanf(""));
+  }
+  for (int p = 0; p < 3; ++p) {
+    const float* bias = p == 1 ? nullptr : biases[p].data();
+    projections.push_back({weights[p].data, dtypes[p], ns[p], bias, ys[p].data(), ns[p]});
+  }
+  std::vector<uint8_t> ws = Workspace(m, k, threads, options);
+  ASSERT_EQ(
+      MatmulGroup({x.data(), m, k, k}, projections, Pool(threads), ws.data(), ws.size(), options),
+      MatmulStatus::kOk);
+  for (int p = 0; p < 3; ++p) {
+    std::vector<float> want(static_cast<size_t>(m * ns[p]));
+    ref::Matmul(x.data(), m, k, k, weights[p].data, dtypes[p], ns[p], projections[p].bias,
+                want.data(), ns[p]);
+    ExpectNear(ys[p], want, Scale(x, m, k, k, weights[p], ns[p], projections[p].bias), m, ns[p],
+               ns[p], kExactTolerance,
+               "projection " + std::to_string(p) + " m=" + std::to_string(m) +
+                   " threads=" + std::to_string(threads));
+  }
+}
+
+// The group form, all bf16 (the AMX tile path) and with mixed dtypes, on both paths.
 TEST_P(MatmulIsaTest, GroupMatchesSeparateReferences) {
   const Isa isa = GetParam();
   if (!IsaSupported(isa)) GTEST_SKIP() << IsaName(isa) << " is not supported by this CPU";
   std::mt19937 rng(99);
-  const int64_t k = 100;
-  const int64_t ns[] = {64, 17, 33};
-  for (const auto& dtypes : {std::vector<DType>{DType::kBF16, DType::kBF16, DType::kBF16},
-                             std::vector<DType>{DType::kBF16, DType::kF16, DType::kF32}}) {
+  const DType all_bf16[3] = {DType::kBF16, DType::kBF16, DType::kBF16};
+  const DType mixed[3] = {DType::kBF16, DType::kF16, DType::kF32};
   for (MatmulPath path : {MatmulPath::kGemv, MatmulPath::kGemm}) {
+    const MatmulOptions options{MatmulPrecision::kHighest, path, isa};
     for (int64_t m : {1, 3, 40}) {
       for (int threads : {1, 2, 3}) {
-        const MatmulOptions options{MatmulPrecision::kHighest, path, isa};
-        const std::vector<float> x = MakeX(m, k, k, rng);
-        std::vector<Weight> weights;
-        std::vector<std::vector<float>> biases, ys;
-        std::vector<MatmulProjection> projections;
-        for (int p = 0; p < 3; ++p) {
-          weights.push_back(MakeWeight(dtypes[p], ns[p], k, rng));
-          biases.push_back(MakeVector(ns[p], rng));
-          ys.emplace_back(static_cast<size_t>(m * ns[p]), std::nanf(""));
-        }
-        for (int p = 0; p < 3; ++p) {
-          projections.push_back({weights[p].data, dtypes[p], ns[p], p == 1 ? nullptr : biases[p].data(),
-                                 ys[p].data(), ns[p]});
-        }
-        std::vector<uint8_t> ws = Workspace(m, k, threads, options);
-        ASSERT_EQ(MatmulGroup({x.data(), m, k, k}, projections, Pool(threads), ws.data(),
-                              ws.size(), options),
-                  MatmulStatus::kOk);
-        for (int p = 0; p < 3; ++p) {
-          std::vector<float> want(static_cast<size_t>(m * ns[p]));
-          ref::Matmul(x.data(), m, k, k, weights[p].data, dtypes[p], ns[p],
-                      projections[p].bias, want.data(), ns[p]);
-          ExpectNear(ys[p], want, Scale(x, m, k, k, weights[p], ns[p], projections[p].bias), m,
-                     ns[p], ns[p], kExactTolerance,
-                     "projection " + std::to_string(p) + " m=" + std::to_string(m));
-        }
+        CheckGroup(options, all_bf16, m, threads, rng);
+        CheckGroup(options, mixed, m, threads, rng);
       }
     }
-  }
   }
 }
 
@@ -269,15 +276,16 @@ TEST_P(MatmulIsaTest, BatchInvariant) {
     const std::vector<float> bias = MakeVector(n, rng);
     std::vector<float> batch(static_cast<size_t>(m * n));
     std::vector<uint8_t> ws = Workspace(m, k, 2, options);
-    ASSERT_EQ(Matmul({x.data(), m, k, k}, {w.data, dtype, n, bias.data(), batch.data(), n},
-                     Pool(2), ws.data(), ws.size(), options),
+    ASSERT_EQ(Matmul({x.data(), m, k, k}, {w.data, dtype, n, bias.data(), batch.data(), n}, Pool(2),
+                     ws.data(), ws.size(), options),
               MatmulStatus::kOk);
     const std::vector<double> scale = Scale(x, m, k, k, w, n, bias.data());
     for (int64_t i = 0; i < m; i += 7) {
       std::vector<float> alone(static_cast<size_t>(n));
-      ASSERT_EQ(Matmul({x.data() + i * k, 1, k, k}, {w.data, dtype, n, bias.data(), alone.data(), n},
-                       Pool(2), nullptr, 0, options),
-                MatmulStatus::kOk);
+      ASSERT_EQ(
+          Matmul({x.data() + i * k, 1, k, k}, {w.data, dtype, n, bias.data(), alone.data(), n},
+                 Pool(2), nullptr, 0, options),
+          MatmulStatus::kOk);
       const std::vector<double> row_scale(scale.begin() + i * n, scale.begin() + (i + 1) * n);
       const std::vector<float> batch_row(batch.begin() + i * n, batch.begin() + (i + 1) * n);
       ExpectNear(alone, batch_row, row_scale, 1, n, n, kExactTolerance,
@@ -340,8 +348,8 @@ TEST(MatmulTest, ChecksIsaAndWorkspace) {
   }
   if (IsaSupported(Isa::kAvx2)) {
     const MatmulOptions avx2{MatmulPrecision::kHighest, MatmulPath::kGemm, Isa::kAvx2};
-    EXPECT_EQ(Matmul({x, 64, 32, 32}, {weight, DType::kBF16, 16, nullptr, y, 16}, Pool(1),
-                     nullptr, 0, avx2),
+    EXPECT_EQ(Matmul({x, 64, 32, 32}, {weight, DType::kBF16, 16, nullptr, y, 16}, Pool(1), nullptr,
+                     0, avx2),
               MatmulStatus::kWorkspaceTooSmall);
   }
 }
