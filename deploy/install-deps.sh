@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything loom needs to build and test, idempotently:
-#   - Debian packages (compilers, CMake, Ninja, Abseil, nlohmann/json, GoogleTest, Benchmark, ...)
+#   - Debian packages (compilers, CMake, Ninja, Abseil, nlohmann/json, GoogleTest, Benchmark,
+#     SIMDe for the ISA emulation tests, ...)
 #   - Python test tools from PyPI into a virtual environment (default: build/venv).
 #
 # Usage: deploy/install-deps.sh [--venv DIR] [--golden] [--no-apt]
@@ -25,7 +26,7 @@ done
 apt_packages=(
   build-essential cmake ninja-build ccache pkg-config git
   libabsl-dev nlohmann-json3-dev
-  libgtest-dev libgmock-dev googletest libbenchmark-dev
+  libgtest-dev libgmock-dev googletest libbenchmark-dev libsimde-dev
   python3 python3-venv python3-pip
 )
 

@@ -12,6 +12,7 @@
 namespace loom::cpu {
 namespace {
 
+#if !defined(LOOM_ISA_EMULATION)
 constexpr int kArchReqXcompPerm = 0x1023;  // arch_prctl: request an extended state component
 constexpr int kXfeatureXtileData = 18;     // AMX tile data
 
@@ -22,6 +23,7 @@ uint64_t ReadXcr0() {
 }
 
 bool Bit(uint32_t reg, int bit) { return (reg >> bit) & 1u; }
+#endif
 
 std::string CpuModelName() {
   std::ifstream cpuinfo("/proc/cpuinfo");
@@ -36,6 +38,21 @@ std::string CpuModelName() {
 }
 
 }  // namespace
+
+#if defined(LOOM_ISA_EMULATION)
+
+// The ISA-emulation build (kernels/cpu/x86_intrinsics.h, amx_tiles.h) runs every level on any
+// AVX2 machine, so it reports every feature: dispatch and the tests' "is this level supported"
+// checks then pick the emulated AVX-512 and AMX paths. No CPUID, no arch_prctl.
+CpuFeatures DetectCpuFeatures() {
+  CpuFeatures f;
+  f.avx2 = f.fma = f.f16c = true;
+  f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512bf16 = f.avx512fp16 = true;
+  f.amx_tile = f.amx_bf16 = f.amx_int8 = f.amx_permitted = true;
+  return f;
+}
+
+#else
 
 CpuFeatures DetectCpuFeatures() {
   CpuFeatures f;
@@ -81,6 +98,8 @@ CpuFeatures DetectCpuFeatures() {
   return f;
 }
 
+#endif  // LOOM_ISA_EMULATION
+
 Isa MaxIsa(const CpuFeatures& f) {
   if (!(f.avx2 && f.fma && f.f16c)) return Isa::kScalar;
   if (!(f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512bf16)) return Isa::kAvx2;
@@ -117,6 +136,9 @@ std::string_view IsaName(Isa isa) {
 std::string DescribeCpu() {
   const CpuFeatures f = DetectCpuFeatures();
   std::string out = CpuModelName();
+#if defined(LOOM_ISA_EMULATION)
+  out += " (ISA emulation)";
+#endif
   out += " [";
   const std::pair<const char*, bool> flags[] = {
       {"avx2", f.avx2},           {"fma", f.fma},           {"f16c", f.f16c},

@@ -37,7 +37,8 @@ enum class Isa : int {
   kAmx = 3,     // kAvx512 + AMX-TILE + AMX-BF16
 };
 
-// Reads CPUID/XCR0 and, when the CPU has AMX, asks the kernel for permission to use it.
+// Reads CPUID/XCR0 and, when the CPU has AMX, asks the kernel for permission to use it. In the
+// ISA-emulation build of the kernels (LOOM_ISA_EMULATION, tests only) it reports every feature.
 CpuFeatures DetectCpuFeatures();
 
 // Highest level fully supported by `features`.

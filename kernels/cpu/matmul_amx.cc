@@ -26,10 +26,10 @@
 // Workspace (GemmAmxWorkspaceBytes): packed x, ceil(m/16) × ceil(k/32) × parts tiles of 1 KiB,
 // then per thread a 2 KiB k-tail weight scratch and a 4 KiB C staging area.
 //
-// gcc 12 drops the stores that fill a tile configuration before _tile_loadconfig and its tile
-// loads do not tell the compiler they read memory, so the tile instructions below are inline asm
-// with the memory they touch stated.
-#include <immintrin.h>
+// The tile instructions are the inline functions of amx_tiles.h (one inline asm instruction each:
+// gcc 12 miscompiles the tile intrinsics, see there), so the ISA-emulation build can run this file
+// on its scalar tile model.
+#include "kernels/cpu/x86_intrinsics.h"
 
 // gcc 12's AVX-512 headers build some results from a deliberately uninitialised register and then
 // warn about it once inlined (a false positive in the headers, not in this file).
@@ -40,10 +40,19 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/amx_tiles.h"
 #include "kernels/cpu/matmul_internal.h"
 
 namespace loom::cpu::matmul_internal {
 namespace {
+
+using amx::TileConfig;
+using amx::TileDpBf16;
+using amx::TileLoad;
+using amx::TileLoadConfig;
+using amx::TileRelease;
+using amx::TileStore;
+using amx::TileZero;
 
 constexpr int64_t kTileBytes = 1024;        // 16 rows × 64 bytes
 constexpr int64_t kTileK = 32;              // bf16 elements of k per tile row
@@ -51,43 +60,6 @@ constexpr int64_t kMc = 256;                // tokens per x block (multiple of 3
 constexpr int64_t kChunkBlocksSplit = 32;   // k blocks of 32 per chunk with x_hi + x_lo
 constexpr int64_t kChunkBlocksSingle = 64;  // the same with x_hi only
 constexpr int64_t kThreadScratchBytes = 6 * kTileBytes;
-
-// The 64-byte tile configuration (palette 1).
-struct alignas(64) TileConfig {
-  uint8_t palette_id;
-  uint8_t start_row;
-  uint8_t reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-};
-
-inline void TileLoadConfig(const TileConfig& config) {
-  __asm__ volatile("ldtilecfg %0" : : "m"(config));
-}
-inline void TileRelease() { __asm__ volatile("tilerelease" : : : "memory"); }
-template <int kTile>
-inline void TileZero() {
-  __asm__ volatile("tilezero %%tmm%c0" : : "i"(kTile));
-}
-template <int kTile>
-inline void TileLoad(const void* base, int64_t stride) {
-  __asm__ volatile("tileloadd (%0,%1,1), %%tmm%c2"
-                   :
-                   : "r"(base), "r"(stride), "i"(kTile)
-                   : "memory");
-}
-template <int kTile>
-inline void TileStore(void* base, int64_t stride) {
-  __asm__ volatile("tilestored %%tmm%c2, (%0,%1,1)"
-                   :
-                   : "r"(base), "r"(stride), "i"(kTile)
-                   : "memory");
-}
-// tmm[kC] += tmm[kA] · tmm[kB] (bf16 pairs, f32 accumulate).
-template <int kC, int kA, int kB>
-inline void TileDpBf16() {
-  __asm__ volatile("tdpbf16ps %%tmm%c2, %%tmm%c1, %%tmm%c0" : : "i"(kC), "i"(kA), "i"(kB));
-}
 
 // All eight tiles are 16 rows × 64 bytes.
 void LoadTileConfig() {

@@ -7,7 +7,7 @@
 // vpmovzxwd + vpslld 16, f16 by vcvtph2ps; k tails use fault-free masked loads, never read past a
 // row. GemmRowsAvx512 (the dot kernel, 4 x rows × 6 weight rows, no workspace) serves the AMX
 // path for the weight rows past its last full tile.
-#include <immintrin.h>
+#include "kernels/cpu/x86_intrinsics.h"
 
 // gcc 12's AVX-512 headers build some results from a deliberately uninitialised register and then
 // warn about it once inlined (a false positive in the headers, not in this file).

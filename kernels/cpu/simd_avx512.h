@@ -1,10 +1,11 @@
 // 16-lane f32 vector helpers for AVX-512 translation units (files ending in _avx512.cc).
-// Include only from those files: the intrinsics need the ISA flags CMake gives them.
+// Include only from those files: the intrinsics need the ISA flags CMake gives them (or the ISA
+// emulation of x86_intrinsics.h).
 #pragma once
 
-#include <immintrin.h>
-
 #include <cstdint>
+
+#include "kernels/cpu/x86_intrinsics.h"
 
 namespace loom::cpu::simd_avx512 {
 

@@ -3,7 +3,9 @@
 //
 // Buffers are sized exactly (weights start one element past an allocation boundary, so they are
 // unaligned), so AddressSanitizer (cpu-debug preset) catches any read past a row or a matrix.
-// Instruction sets this CPU lacks are skipped, not faked.
+// Instruction sets this CPU lacks are skipped, not faked. ctest also runs this file against the
+// ISA-emulation build of the kernels ("emulated:" tests, tests/CMakeLists.txt), where every level
+// is supported and nothing is skipped.
 #include "kernels/cpu/matmul.h"
 
 #include <gtest/gtest.h>
@@ -353,6 +355,12 @@ TEST(MatmulTest, ChecksIsaAndWorkspace) {
               MatmulStatus::kWorkspaceTooSmall);
   }
 }
+
+#if defined(LOOM_ISA_EMULATION)
+// Against the emulated kernels every level must run, or the AVX-512 and AMX cases above would
+// skip and prove nothing.
+TEST(MatmulTest, EmulationSupportsEveryIsa) { EXPECT_TRUE(IsaSupported(Isa::kAmx)); }
+#endif
 
 TEST(MatmulTest, AutoPathSwitchesAtTheGemvLimit) {
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {

@@ -1,5 +1,6 @@
 // Parity of the CPU element-wise, RoPE, KV-write and paged-attention kernels with kernels/ref,
-// on random inputs of odd sizes, for every instruction-set level this machine runs.
+// on random inputs of odd sizes, for every instruction-set level this machine runs (all of them
+// in the "emulated:" tests, built against the ISA-emulation kernels, tests/CMakeLists.txt).
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -112,6 +113,11 @@ struct AttentionCase {
   std::vector<std::pair<int32_t, int32_t>> seqs;  // (context before, new rows)
 };
 
+// Printed in test names (gtest and ctest show the parameter): heads/KV heads/head_dim/block.
+void PrintTo(const AttentionCase& c, std::ostream* os) {
+  *os << c.num_heads << "/" << c.num_kv_heads << "/" << c.head_dim << "/" << c.block_size;
+}
+
 class AttentionTest : public ::testing::TestWithParam<std::tuple<AttentionCase, int>> {};
 
 TEST_P(AttentionTest, MatchesReference) {
@@ -206,9 +212,31 @@ const AttentionCase kAttentionCases[] = {
     {32, 4, 64, 16, 0, DType::kBF16, {{0, 130}, {300, 1}, {301, 1}}},  // 1B-Llama heads
 };
 
+// Stable, readable names: heads, KV heads, head_dim, block size, window, cache dtype, sequences
+// (cached+new each), threads.
+std::string AttentionCaseName(const ::testing::TestParamInfo<AttentionTest::ParamType>& info) {
+  const auto& [c, threads] = info.param;
+  std::string name = "h" + std::to_string(c.num_heads) + "kv" + std::to_string(c.num_kv_heads) +
+                     "d" + std::to_string(c.head_dim) + "b" + std::to_string(c.block_size) + "w" +
+                     std::to_string(c.sliding_window) + "_" + std::string(DTypeName(c.kv_dtype));
+  for (const auto& [before, rows] : c.seqs) {
+    name += "_" + std::to_string(before) + "p" + std::to_string(rows);
+  }
+  return name + "_t" + std::to_string(threads);
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, AttentionTest,
                          ::testing::Combine(::testing::ValuesIn(kAttentionCases),
-                                            ::testing::Values(1, 2, 3)));
+                                            ::testing::Values(1, 2, 3)),
+                         AttentionCaseName);
+
+#if defined(LOOM_ISA_EMULATION)
+// Against the emulated kernels the attention tests must reach the AVX-512 item kernel, which they
+// run only when SelectedIsa() allows it (LOOM_CPU_ISA would cap it).
+TEST(IsaEmulationTest, SelectsTheHighestIsa) {
+  EXPECT_EQ(cpu::SelectedIsa(), cpu::Isa::kAmx);
+}
+#endif
 
 TEST(ExpTest, Avx2ExpMatchesLibm) {
   // Covered indirectly by SiluMul and attention; here the extremes: no NaN from huge inputs.
