@@ -15,8 +15,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bench/engine/memory_bandwidth.h"
+#include "bench/common/memory_bandwidth.h"
 #include "bench/engine/random_checkpoint.h"
+#include "engine/common/file.h"
 #include "engine/runtime/local_executor.h"
 #include "kernels/cpu/cpu_features.h"
 #include "scheduler/offline_batch.h"
@@ -168,15 +169,19 @@ int Run(const std::vector<std::string>& args) {
       {"date", UtcNow()},
       {"commit", CommandOutput(std::string("git -C ") + LOOM_SOURCE_DIR + " rev-parse --short HEAD 2>/dev/null")},
       {"machine", MachineJson()},
-      {"settings", {{"model", s.model}, {"kv_dtype", s.kv_dtype}, {"block_size", s.block_size},
+      // The folder's name only: results are committed and must not name a path of the machine.
+      {"settings", {{"model", std::string(BaseName(s.model))}, {"kv_dtype", s.kv_dtype},
+                    {"block_size", s.block_size},
                     {"repeat", s.repeat}, {"fast_bf16_matmul", s.fast_bf16}}}};
   nlohmann::json results = nlohmann::json::array();
   for (int32_t t : threads) {
     cpu::ThreadPool pool(t);
-    const BandwidthResult bw = MeasureReadBandwidth(pool, int64_t{1} << 30, 8, 5);
+    const BandwidthResult bw = MeasureReadBandwidth(pool, int64_t{1} << 30, 10);
+    nlohmann::json by_streams;
+    for (const auto& [streams, gbps] : bw.gb_per_s_by_streams) by_streams[std::to_string(streams)] = gbps;
     report["memory_bandwidth"][std::to_string(t) + "_threads"] = {
-        {"best_gb_per_s", bw.best_gb_per_s}, {"mean_gb_per_s", bw.mean_gb_per_s},
-        {"streams_per_thread", bw.streams_per_thread}, {"buffer_bytes", bw.buffer_bytes}};
+        {"best_gb_per_s", bw.best_gb_per_s}, {"best_streams_per_thread", bw.best_streams_per_thread},
+        {"gb_per_s_by_streams_per_thread", by_streams}, {"buffer_bytes", bw.buffer_bytes}};
     for (int32_t b : batches) {
       nlohmann::json one = RunOne(s, t, b, bw.best_gb_per_s);
       std::cerr << one.dump() << "\n";

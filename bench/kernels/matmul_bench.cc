@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/common/memory_bandwidth.h"
 #include "kernels/common/dtype.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul.h"
@@ -96,26 +97,6 @@ void Check(benchmark::State& state, MatmulStatus status) {
     state.SkipWithError(std::string(MatmulStatusName(status)).c_str());
 }
 
-// Sums `bytes` from `data` as `kStreams` equal parts read side by side, 64 bytes per part per
-// step, with 256-bit loads (every level the kernels dispatch to has AVX2).
-template <int kStreams>
-__attribute__((target("avx2"))) uint64_t ReadStreams(const uint8_t* data, int64_t bytes) {
-  const int64_t part = bytes / kStreams / 64 * 64;
-  __m256i acc[kStreams];
-  for (int s = 0; s < kStreams; ++s) acc[s] = _mm256_setzero_si256();
-  for (int64_t i = 0; i < part; i += 64) {
-#pragma GCC unroll 8
-    for (int s = 0; s < kStreams; ++s) {
-      const auto* p = reinterpret_cast<const __m256i*>(data + s * part + i);
-      acc[s] = _mm256_add_epi64(acc[s],
-                                _mm256_xor_si256(_mm256_load_si256(p), _mm256_load_si256(p + 1)));
-    }
-  }
-  uint64_t sum = 0;
-  for (int s = 0; s < kStreams; ++s) sum += static_cast<uint64_t>(_mm256_extract_epi64(acc[s], 0));
-  return sum;
-}
-
 // Reads a 1 GiB buffer; each thread reads its half as 1, 4 or 8 concurrent streams.
 void BM_ReadRoofline(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
@@ -127,9 +108,7 @@ void BM_ReadRoofline(benchmark::State& state) {
   for (auto _ : state) {
     Pool(threads).ParallelFor(threads, [&](int64_t t, int64_t, int) {
       const uint8_t* base = buffer.data() + t * slice;
-      sink[t] += streams == 1   ? ReadStreams<1>(base, slice)
-                 : streams == 4 ? ReadStreams<4>(base, slice)
-                                : ReadStreams<8>(base, slice);
+      sink[t] += bench::ReadStreams(base, slice, streams);
     });
   }
   const double seconds = Seconds(begin, Clock::now());
