@@ -1,0 +1,144 @@
+// The continuous-batching scheduler of the server (shared/ARCHITECTURE.md §3, §5).
+//
+// Pure policy over plain data: it owns the logical KV blocks (BlockPool), the waiting and running
+// sequences, and turns them into one StepPlan per step; the engine loop passes the plan to
+// Executor::Execute and the result back to Update. Every choice of a request is one sequence.
+//
+// Step formation, in order:
+//   1. Sequences that finished, were aborted or passed their deadline are released (named in the
+//      plan's `finished`, blocks freed).
+//   2. Running sequences, most important first (priority, then arrival): one decode token, or the
+//      next chunk of an unfinished prompt. When their blocks run out, the least important running
+//      sequence (lowest priority, latest arrival) is preempted by recompute: its blocks are freed
+//      and it waits again, keeping the tokens it generated.
+//   3. Waiting sequences, most important first, while the token budget, the sequence cap and the
+//      free blocks allow: the longest verified cached prefix is reused, the rest of the prompt is
+//      prefilled in chunks. A waiting sequence more important than a running one may preempt it.
+// Choices 1..n-1 of a request wait until choice 0 has prefilled its prompt, then reuse its
+// blocks through the prefix cache (with prefix caching off they prefill on their own).
+//
+// Admission control bounds the waiting queue by requests and by prompt tokens; Add refuses
+// beyond it with ResourceExhausted (the server answers 503 with Retry-After).
+//
+// Thread safety: none; the engine loop thread owns it. Time comes in as arguments.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "engine/api/model_info.h"
+#include "engine/api/step.h"
+#include "scheduler/block_pool.h"
+#include "scheduler/request.h"
+
+namespace loom {
+
+struct SchedulerConfig {
+  // Most tokens computed in one step, most sequences in one step (<= the executor's capacity).
+  int32_t max_num_batched_tokens = 2048;
+  int32_t max_num_seqs = 256;
+  // Most prompt tokens one sequence computes per step; 0 = the whole budget.
+  int32_t max_prefill_chunk = 0;
+  bool enable_prefix_caching = true;
+  // Admission bounds on what waits (not yet running); 0 = unbounded.
+  int32_t max_waiting_requests = 0;
+  int64_t max_waiting_prompt_tokens = 0;
+};
+
+// A snapshot for metrics.
+struct SchedulerStats {
+  int32_t num_running_requests = 0;
+  int32_t num_waiting_requests = 0;
+  int32_t num_blocks = 0;
+  int32_t num_free_blocks = 0;
+  int32_t num_cached_blocks = 0;
+  int64_t prefix_cache_queried_tokens = 0;  // cumulative
+  int64_t prefix_cache_hit_tokens = 0;      // cumulative
+  int64_t num_preemptions = 0;              // cumulative
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerConfig& config, const ModelInfo& model, const KvCapacity& capacity);
+  ~Scheduler();
+
+  // Queues a request. InvalidArgument for an empty prompt, n < 1, max_new_tokens < 1, a prompt
+  // plus max_new_tokens past the context, a duplicate id, or a KV demand larger than the whole
+  // cache; ResourceExhausted when the waiting queue is full.
+  absl::Status Add(SchedRequest request);
+
+  // Finishes a request with kAbort at the next Schedule; unknown ids are ignored.
+  void Abort(RequestId id);
+
+  // Forms the next step at time `now_ms`. Finishes of aborted and expired requests are reported
+  // by TakeOutputs. The plan may be empty (nothing to do).
+  StepPlan Schedule(int64_t now_ms);
+
+  // Applies the executor's result for the plan Schedule returned last.
+  absl::Status Update(const StepResult& result);
+
+  // Everything produced since the last call: new tokens and finishes, one entry per choice
+  // that has something to report.
+  std::vector<ChoiceOutput> TakeOutputs();
+
+  bool HasWork() const;
+  SchedulerStats Stats() const;
+  const BlockPool& block_pool() const { return pool_; }
+
+  // Full consistency check for tests: block ownership matches reference counts, every running
+  // sequence's blocks cover its computed tokens, no block is owned twice by one sequence.
+  absl::Status CheckInvariants() const;
+
+ private:
+  struct Seq;
+  struct Req;
+
+  Seq* NewSeq(Req& req, int32_t index);
+  bool ScheduleRunning(Seq& seq, int32_t* budget, StepPlan& plan);
+  void ScheduleWaiting(int32_t* budget, StepPlan& plan);
+  void MakeRoomForImportantWaiting();
+  int32_t PrefillChunk(const Seq& seq, int32_t budget) const;
+  bool EnsureBlocks(Seq& seq, int32_t num_tokens, std::vector<BlockId>* added);
+  Seq* LeastImportantRunning(const Seq* excluding) const;
+  void Preempt(Seq& seq);
+  void Finish(Seq& seq, FinishReason reason);
+  void Release(Seq& seq);
+  void RegisterFullBlocks(Seq& seq);
+  void AppendToken(Seq& seq, const SequenceOutput& out);
+  void ExpireAndAbort(int64_t now_ms);
+  ChoiceOutput& OutputFor(Seq& seq);
+  void InsertWaiting(Seq* seq);
+  void MarkAdmitted(Req& req);
+  bool Eligible(const Seq& seq) const;
+  void InsertRunning(Seq* seq);
+  static void Erase(std::vector<Seq*>& list, const Seq* seq);
+
+  SchedulerConfig config_;
+  ModelInfo model_;
+  BlockPool pool_;
+  uint64_t next_seq_id_ = 1;
+  uint64_t next_arrival_ = 0;
+  uint64_t next_step_id_ = 1;
+  absl::flat_hash_map<RequestId, std::unique_ptr<Req>> requests_;
+  std::vector<Seq*> running_;  // most important first
+  std::deque<Seq*> waiting_;   // most important first
+  std::vector<RequestId> aborts_;
+  std::vector<SequenceId> released_;  // engine sequences to drop in the next plan
+  // Sequences in the last plan, in plan order (new first), with the tokens each computes.
+  std::vector<std::pair<Seq*, int32_t>> in_flight_;
+  std::vector<std::pair<Seq*, int32_t>> new_in_flight_;
+  absl::flat_hash_map<std::pair<uint64_t, int32_t>, ChoiceOutput> outputs_;
+  std::vector<std::pair<uint64_t, int32_t>> output_order_;
+  // Requests whose first choice has not run yet, and their prompt tokens (admission control).
+  int32_t waiting_requests_ = 0;
+  int64_t waiting_prompt_tokens_ = 0;
+  int64_t queried_tokens_ = 0;
+  int64_t hit_tokens_ = 0;
+  int64_t num_preemptions_ = 0;
+};
+
+}  // namespace loom

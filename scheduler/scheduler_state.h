@@ -1,0 +1,42 @@
+// The scheduler's per-request and per-sequence state (private to scheduler/*.cc).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "scheduler/scheduler.h"
+
+namespace loom {
+
+struct Scheduler::Req {
+  SchedRequest params;
+  uint64_t arrival = 0;
+  std::vector<std::unique_ptr<Seq>> seqs;
+  int32_t num_finished = 0;
+  bool admitted = false;      // choice 0 has run at least once
+  bool prompt_ready = false;  // choice 0 has computed the whole prompt once
+};
+
+struct Scheduler::Seq {
+  enum class State { kWaiting, kRunning, kFinished };
+  Req* req = nullptr;
+  int32_t index = 0;
+  State state = State::kWaiting;
+  SequenceId id;
+  bool known = false;  // the engine holds this incarnation
+  std::vector<TokenId> tokens;
+  int32_t num_prompt = 0;
+  int32_t num_computed = 0;
+  std::vector<BlockId> blocks;
+  int32_t num_registered = 0;  // leading blocks whose hash chain has been walked
+  BlockHash last_hash;
+  int32_t num_cached_tokens = 0;
+
+  int32_t num_generated() const { return static_cast<int32_t>(tokens.size()) - num_prompt; }
+  // Most important first: priority, then arrival, then choice.
+  auto Key() const { return std::make_tuple(req->params.priority, req->arrival, index); }
+};
+
+}  // namespace loom

@@ -1,0 +1,132 @@
+// Scheduler: applying a step's result, reporting outputs, stats and invariants.
+#include <algorithm>
+
+#include "absl/container/flat_hash_set.h"
+#include "engine/common/logging.h"
+#include "engine/common/status.h"
+#include "engine/common/strings.h"
+#include "scheduler/scheduler.h"
+#include "scheduler/scheduler_state.h"
+
+namespace loom {
+
+absl::Status Scheduler::Update(const StepResult& result) {
+  if (result.outputs.size() != in_flight_.size()) {
+    const size_t expected = in_flight_.size();
+    // The engine refused or lost the step: nothing it reports can be trusted, so every sequence
+    // of the step starts over (recompute) rather than continue from an unknown state.
+    for (auto& [seq, n] : std::vector(in_flight_)) {
+      if (seq->state == Seq::State::kRunning) Preempt(*seq);
+    }
+    in_flight_.clear();
+    return absl::InternalError(StrCat("step result has ", result.outputs.size(),
+                                      " outputs for ", expected, " scheduled sequences"));
+  }
+  const std::vector<std::pair<Seq*, int32_t>> step = std::move(in_flight_);
+  in_flight_.clear();
+  for (size_t i = 0; i < step.size(); ++i) {
+    Seq& seq = *step[i].first;
+    const SequenceOutput& out = result.outputs[i];
+    if (out.seq_id != seq.id) {
+      return absl::InternalError(StrCat("step output ", i, " is for sequence ", out.seq_id,
+                                        "; the plan had ", seq.id));
+    }
+    seq.num_computed += step[i].second;
+    RegisterFullBlocks(seq);
+    if (seq.index == 0 && seq.num_computed >= seq.num_prompt) seq.req->prompt_ready = true;
+    if (out.has_token()) AppendToken(seq, out);  // may finish and destroy the sequence
+  }
+  return absl::OkStatus();
+}
+
+void Scheduler::RegisterFullBlocks(Seq& seq) {
+  const int32_t bs = pool_.block_size();
+  const std::span<const TokenId> tokens(seq.tokens);
+  while ((seq.num_registered + 1) * bs <= seq.num_computed) {
+    const int32_t i = seq.num_registered;
+    const std::span<const TokenId> block = tokens.subspan(static_cast<size_t>(i) * bs, bs);
+    seq.last_hash = ChainBlockHash(seq.last_hash, block);
+    pool_.Register(seq.blocks[i], seq.last_hash, block, i == 0 ? nullptr : &seq.blocks[i - 1],
+                   seq.req->params.cache_salt);
+    ++seq.num_registered;
+  }
+}
+
+void Scheduler::AppendToken(Seq& seq, const SequenceOutput& out) {
+  seq.tokens.push_back(out.token_id);
+  ChoiceOutput& report = OutputFor(seq);
+  report.new_tokens.push_back(out.token_id);
+  report.logprobs.insert(report.logprobs.end(), out.logprobs.begin(), out.logprobs.end());
+  const SchedRequest& params = seq.req->params;
+  FinishReason reason = FinishReason::kNone;
+  if (std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(), out.token_id) !=
+      params.stop_token_ids.end()) {
+    reason = FinishReason::kStop;
+  } else if (seq.num_generated() >= params.max_new_tokens ||
+             static_cast<int32_t>(seq.tokens.size()) >= model_.max_context_len) {
+    reason = FinishReason::kLength;
+  }
+  if (reason != FinishReason::kNone) Finish(seq, reason);
+}
+
+std::vector<ChoiceOutput> Scheduler::TakeOutputs() {
+  std::vector<ChoiceOutput> outs;
+  outs.reserve(output_order_.size());
+  for (const auto& key : output_order_) outs.push_back(std::move(outputs_[key]));
+  outputs_.clear();
+  output_order_.clear();
+  return outs;
+}
+
+SchedulerStats Scheduler::Stats() const {
+  SchedulerStats s;
+  for (const auto& [id, req] : requests_) {
+    if (req->admitted) ++s.num_running_requests;
+  }
+  s.num_waiting_requests = waiting_requests_;
+  s.num_blocks = pool_.num_blocks();
+  s.num_free_blocks = pool_.num_free();
+  s.num_cached_blocks = pool_.num_cached();
+  s.prefix_cache_queried_tokens = queried_tokens_;
+  s.prefix_cache_hit_tokens = hit_tokens_;
+  s.num_preemptions = num_preemptions_;
+  return s;
+}
+
+absl::Status Scheduler::CheckInvariants() const {
+  LOOM_RETURN_IF_ERROR(pool_.CheckInvariants());
+  std::vector<int32_t> owners(pool_.num_blocks(), 0);
+  const int32_t bs = pool_.block_size();
+  for (const Seq* seq : running_) {
+    absl::flat_hash_set<int32_t> own;
+    for (BlockId b : seq->blocks) {
+      if (!own.insert(b.value()).second) {
+        return absl::InternalError(StrCat("sequence ", seq->id, " holds block ", b, " twice"));
+      }
+      ++owners[b.value()];
+    }
+    if (static_cast<int64_t>(seq->blocks.size()) * bs < seq->num_computed) {
+      return absl::InternalError(StrCat("sequence ", seq->id, " computed ", seq->num_computed,
+                                        " tokens in ", seq->blocks.size(), " blocks"));
+    }
+  }
+  for (const Seq* seq : waiting_) {
+    if (!seq->blocks.empty() || seq->known) {
+      return absl::InternalError(StrCat("waiting sequence of request ", seq->req->params.id,
+                                        " still holds engine state or blocks"));
+    }
+  }
+  for (int32_t b = 0; b < pool_.num_blocks(); ++b) {
+    if (owners[b] != pool_.ref_count(BlockId(b))) {
+      return absl::InternalError(StrCat("block ", b, " has ", pool_.ref_count(BlockId(b)),
+                                        " references but ", owners[b], " owners"));
+    }
+  }
+  if (static_cast<int32_t>(running_.size()) > config_.max_num_seqs) {
+    return absl::InternalError(StrCat(running_.size(), " running sequences exceed the cap of ",
+                                      config_.max_num_seqs));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace loom

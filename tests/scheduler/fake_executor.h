@@ -1,0 +1,144 @@
+// A device-free Executor for scheduler tests that checks the step contract and makes the
+// outputs depend on what is really in the KV blocks.
+//
+// Its "KV cache" stores, per block slot, the token written at that position. Computing positions
+// writes the sequence's tokens into the slots its block table names; sampling reads the whole
+// prefix back through the block table and hashes it with the sequence's seed. So a wrong block
+// table, a prefix-cache block with the wrong content, or a lost block after preemption changes
+// the tokens, and the test's comparison against ExpectedTokens catches it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "engine/api/executor.h"
+#include "engine/common/strings.h"
+
+namespace loom::testing {
+
+// The token a sequence with `seed` samples after `prefix`.
+inline TokenId NextToken(uint64_t seed, const std::vector<TokenId>& prefix, int32_t vocab) {
+  uint64_t h = seed * 0x9E3779B97F4A7C15ull + 17;
+  for (TokenId t : prefix) h = (h ^ static_cast<uint64_t>(t.value())) * 0x100000001B3ull;
+  return TokenId(static_cast<int32_t>((h >> 17) % static_cast<uint64_t>(vocab)));
+}
+
+// What a request generates alone: the reference for every scheduling.
+inline std::vector<TokenId> ExpectedTokens(uint64_t seed, std::vector<TokenId> tokens,
+                                           int32_t max_new, const std::vector<TokenId>& stops,
+                                           int32_t vocab) {
+  std::vector<TokenId> out;
+  while (static_cast<int32_t>(out.size()) < max_new) {
+    const TokenId t = NextToken(seed, tokens, vocab);
+    tokens.push_back(t);
+    out.push_back(t);
+    if (std::find(stops.begin(), stops.end(), t) != stops.end()) break;
+  }
+  return out;
+}
+
+class FakeExecutor : public Executor {
+ public:
+  FakeExecutor(ModelInfo info, KvCapacity capacity)
+      : info_(std::move(info)), capacity_(capacity),
+        slots_(static_cast<size_t>(capacity.num_blocks) * capacity.block_size, TokenId(-1)) {}
+
+  absl::StatusOr<StepResult> Execute(const StepPlan& plan) override {
+    for (SequenceId id : plan.finished) {
+      if (seqs_.erase(id) == 0) return Fail(StrCat("finished unknown sequence ", id));
+    }
+    StepResult result;
+    result.step_id = plan.step_id;
+    int32_t total = 0;
+    for (const NewSequencePlan& p : plan.new_sequences) {
+      if (seqs_.contains(p.seq_id)) return Fail(StrCat("sequence ", p.seq_id, " is not new"));
+      Seq& s = seqs_[p.seq_id];
+      s.tokens = p.token_ids;
+      s.blocks = p.block_table;
+      s.computed = p.num_computed_tokens;
+      s.seed = p.sampling.seed;
+      // A prefix-cache hit must already hold exactly these tokens.
+      for (int32_t pos = 0; pos < s.computed; ++pos) {
+        if (Slot(s, pos) != s.tokens[pos]) {
+          return Fail(StrCat("sequence ", p.seq_id, " reuses a block whose position ", pos,
+                             " holds another token"));
+        }
+      }
+      absl::StatusOr<SequenceOutput> out = Compute(p.seq_id, s, p.num_scheduled_tokens);
+      if (!out.ok()) return out.status();
+      result.outputs.push_back(*out);
+      total += p.num_scheduled_tokens;
+    }
+    for (const ContinuingSequencePlan& p : plan.continuing) {
+      auto it = seqs_.find(p.seq_id);
+      if (it == seqs_.end()) return Fail(StrCat("continuing unknown sequence ", p.seq_id));
+      it->second.blocks.insert(it->second.blocks.end(), p.new_block_ids.begin(),
+                               p.new_block_ids.end());
+      absl::StatusOr<SequenceOutput> out = Compute(p.seq_id, it->second, p.num_scheduled_tokens);
+      if (!out.ok()) return out.status();
+      result.outputs.push_back(*out);
+      total += p.num_scheduled_tokens;
+    }
+    if (total > capacity_.max_num_batched_tokens) return Fail("step over the token budget");
+    if (static_cast<int32_t>(plan.new_sequences.size() + plan.continuing.size()) >
+        capacity_.max_num_seqs) {
+      return Fail("step over the sequence cap");
+    }
+    result.num_tokens_computed = total;
+    ++num_steps_;
+    return result;
+  }
+
+  const ModelInfo& model_info() const override { return info_; }
+  const KvCapacity& capacity() const override { return capacity_; }
+  size_t num_sequences() const { return seqs_.size(); }
+  int64_t num_steps() const { return num_steps_; }
+
+ private:
+  struct Seq {
+    std::vector<TokenId> tokens;
+    std::vector<BlockId> blocks;
+    int32_t computed = 0;
+    uint64_t seed = 0;
+  };
+
+  static absl::Status Fail(std::string message) {
+    return absl::FailedPreconditionError(std::move(message));
+  }
+
+  TokenId& Slot(const Seq& s, int32_t pos) {
+    const int32_t bs = capacity_.block_size;
+    return slots_[static_cast<size_t>(s.blocks[pos / bs].value()) * bs + pos % bs];
+  }
+
+  absl::StatusOr<SequenceOutput> Compute(SequenceId id, Seq& s, int32_t n) {
+    const int32_t end = s.computed + n;
+    if (n < 1 || end > static_cast<int32_t>(s.tokens.size())) {
+      return Fail(StrCat("sequence ", id, " schedules ", n, " tokens past what it knows"));
+    }
+    if (static_cast<int64_t>(s.blocks.size()) * capacity_.block_size < end) {
+      return Fail(StrCat("sequence ", id, " has too few blocks for ", end, " tokens"));
+    }
+    for (int32_t pos = s.computed; pos < end; ++pos) Slot(s, pos) = s.tokens[pos];
+    s.computed = end;
+    SequenceOutput out;
+    out.seq_id = id;
+    if (end == static_cast<int32_t>(s.tokens.size())) {
+      std::vector<TokenId> prefix;
+      for (int32_t pos = 0; pos < end; ++pos) prefix.push_back(Slot(s, pos));
+      out.token_id = NextToken(s.seed, prefix, info_.vocab_size);
+      s.tokens.push_back(out.token_id);
+    }
+    return out;
+  }
+
+  ModelInfo info_;
+  KvCapacity capacity_;
+  std::vector<TokenId> slots_;
+  absl::flat_hash_map<SequenceId, Seq> seqs_;
+  int64_t num_steps_ = 0;
+};
+
+}  // namespace loom::testing

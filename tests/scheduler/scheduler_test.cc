@@ -1,0 +1,367 @@
+#include "scheduler/scheduler.h"
+
+#include <map>
+#include <set>
+#include <random>
+
+#include "gtest/gtest.h"
+#include "tests/scheduler/fake_executor.h"
+
+namespace loom {
+namespace {
+
+using testing::ExpectedTokens;
+using testing::FakeExecutor;
+
+constexpr int32_t kVocab = 50;
+
+std::pair<uint64_t, int32_t> Key(uint64_t request, int32_t choice) { return {request, choice}; }
+
+ModelInfo Model() {
+  ModelInfo info;
+  info.vocab_size = kVocab;
+  info.max_context_len = 512;
+  return info;
+}
+
+KvCapacity Capacity(int32_t num_blocks, int32_t block_size = 4, int32_t budget = 64,
+                    int32_t max_seqs = 16) {
+  KvCapacity c;
+  c.num_blocks = num_blocks;
+  c.block_size = block_size;
+  c.max_num_batched_tokens = budget;
+  c.max_num_seqs = max_seqs;
+  return c;
+}
+
+std::vector<TokenId> Prompt(std::mt19937& rng, int len, int distinct = kVocab) {
+  std::vector<TokenId> p;
+  for (int i = 0; i < len; ++i) p.push_back(TokenId(static_cast<int32_t>(rng() % distinct)));
+  return p;
+}
+
+SchedRequest Request(uint64_t id, std::vector<TokenId> prompt, int32_t max_new) {
+  SchedRequest r;
+  r.id = RequestId(id);
+  r.prompt = std::move(prompt);
+  r.max_new_tokens = max_new;
+  r.sampling.seed = id * 1000;
+  return r;
+}
+
+// Runs the loop until nothing is left, checking the invariants after every step; collects the
+// tokens and finish reason of every choice.
+struct Driver {
+  Scheduler& scheduler;
+  FakeExecutor& executor;
+  std::map<std::pair<uint64_t, int32_t>, std::vector<TokenId>> tokens;
+  std::map<std::pair<uint64_t, int32_t>, FinishReason> finish;
+  std::map<std::pair<uint64_t, int32_t>, int32_t> cached;
+  int64_t now_ms = 0;
+
+  void Step() {
+    StepPlan plan = scheduler.Schedule(now_ms);
+    absl::StatusOr<StepResult> result = executor.Execute(plan);
+    ASSERT_TRUE(result.ok()) << result.status();
+    ASSERT_TRUE(scheduler.Update(*result).ok());
+    const absl::Status s = scheduler.CheckInvariants();
+    ASSERT_TRUE(s.ok()) << s;
+    Collect();
+    now_ms += 10;
+  }
+  void Collect() {
+    for (ChoiceOutput& out : scheduler.TakeOutputs()) {
+      const auto key = std::make_pair(out.request_id.value(), out.index);
+      auto& t = tokens[key];
+      t.insert(t.end(), out.new_tokens.begin(), out.new_tokens.end());
+      cached[key] = std::max(cached[key], out.num_cached_tokens);
+      if (out.finish != FinishReason::kNone) {
+        ASSERT_FALSE(finish.contains(key)) << "finished twice";
+        finish[key] = out.finish;
+      }
+    }
+  }
+  void RunToEnd(int max_steps = 100000) {
+    for (int i = 0; i < max_steps && scheduler.HasWork(); ++i) {
+      Step();
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+    ASSERT_FALSE(scheduler.HasWork()) << "did not finish";
+  }
+};
+
+TEST(SchedulerTest, OneRequestRunsToItsLength) {
+  SchedulerConfig config;
+  FakeExecutor executor(Model(), Capacity(16));
+  Scheduler scheduler(config, Model(), executor.capacity());
+  std::mt19937 rng(1);
+  SchedRequest r = Request(1, Prompt(rng, 10), 7);
+  const auto expected = ExpectedTokens(r.sampling.seed, r.prompt, 7, {}, kVocab);
+  ASSERT_TRUE(scheduler.Add(r).ok());
+  Driver d{scheduler, executor};
+  d.RunToEnd();
+  EXPECT_EQ(d.tokens[Key(1, 0)], expected);
+  EXPECT_EQ(d.finish[Key(1, 0)], FinishReason::kLength);
+  EXPECT_EQ(scheduler.block_pool().num_free(), 16);
+  EXPECT_EQ(executor.num_sequences(), 0u);
+}
+
+TEST(SchedulerTest, StopTokenEndsTheChoiceAndIsKept) {
+  FakeExecutor executor(Model(), Capacity(16));
+  Scheduler scheduler(SchedulerConfig{}, Model(), executor.capacity());
+  std::mt19937 rng(2);
+  SchedRequest r = Request(1, Prompt(rng, 5), 30);
+  const auto free_run = ExpectedTokens(r.sampling.seed, r.prompt, 30, {}, kVocab);
+  r.stop_token_ids = {free_run[3]};
+  ASSERT_TRUE(scheduler.Add(r).ok());
+  Driver d{scheduler, executor};
+  d.RunToEnd();
+  const auto& got = d.tokens[Key(1, 0)];
+  ASSERT_FALSE(got.empty());
+  EXPECT_EQ(got.back(), free_run[3]);
+  EXPECT_LE(got.size(), 4u);
+  EXPECT_EQ(d.finish[Key(1, 0)], FinishReason::kStop);
+}
+
+TEST(SchedulerTest, ChunkedPrefillRespectsTheBudgetAndGivesTheSameTokens) {
+  SchedulerConfig config;
+  config.max_num_batched_tokens = 8;
+  config.max_prefill_chunk = 5;
+  FakeExecutor executor(Model(), Capacity(64, 4, 8));
+  Scheduler scheduler(config, Model(), executor.capacity());
+  std::mt19937 rng(3);
+  std::vector<SchedRequest> reqs;
+  for (uint64_t i = 1; i <= 4; ++i) {
+    reqs.push_back(Request(i, Prompt(rng, 23), 6));
+    ASSERT_TRUE(scheduler.Add(reqs.back()).ok());
+  }
+  Driver d{scheduler, executor};
+  d.RunToEnd();
+  for (const SchedRequest& r : reqs) {
+    EXPECT_EQ((d.tokens[Key(r.id.value(), 0)]),
+              ExpectedTokens(r.sampling.seed, r.prompt, 6, {}, kVocab));
+  }
+}
+
+TEST(SchedulerTest, PrefixCacheHitIsReportedAndCorrect) {
+  FakeExecutor executor(Model(), Capacity(32));
+  Scheduler scheduler(SchedulerConfig{}, Model(), executor.capacity());
+  std::mt19937 rng(4);
+  std::vector<TokenId> shared = Prompt(rng, 12);
+  SchedRequest a = Request(1, shared, 3);
+  std::vector<TokenId> longer = shared;
+  longer.push_back(TokenId(7));
+  longer.push_back(TokenId(8));
+  SchedRequest b = Request(2, longer, 3);
+  ASSERT_TRUE(scheduler.Add(a).ok());
+  Driver d{scheduler, executor};
+  d.RunToEnd();
+  ASSERT_TRUE(scheduler.Add(b).ok());
+  d.RunToEnd();
+  EXPECT_EQ(d.cached[Key(2, 0)], 12);
+  EXPECT_EQ((d.tokens[Key(2, 0)]), ExpectedTokens(b.sampling.seed, longer, 3, {}, kVocab));
+  const SchedulerStats stats = scheduler.Stats();
+  EXPECT_EQ(stats.prefix_cache_hit_tokens, 12);
+  EXPECT_EQ(stats.prefix_cache_queried_tokens, 12 + 14);
+}
+
+TEST(SchedulerTest, AFullyCachedPromptStillComputesItsLastToken) {
+  FakeExecutor executor(Model(), Capacity(32));
+  Scheduler scheduler(SchedulerConfig{}, Model(), executor.capacity());
+  std::mt19937 rng(5);
+  SchedRequest a = Request(1, Prompt(rng, 8), 2);
+  SchedRequest b = a;
+  b.id = RequestId(2);
+  ASSERT_TRUE(scheduler.Add(a).ok());
+  Driver d{scheduler, executor};
+  d.RunToEnd();
+  ASSERT_TRUE(scheduler.Add(b).ok());
+  d.RunToEnd();
+  EXPECT_EQ(d.cached[Key(2, 0)], 4);  // one full block; the block with the last token is recomputed
+  EXPECT_EQ(d.tokens[Key(2, 0)], d.tokens[Key(1, 0)]);
+}
+
+TEST(SchedulerTest, ChoicesShareThePromptAndDrawWithTheirOwnSeeds) {
+  FakeExecutor executor(Model(), Capacity(64));
+  Scheduler scheduler(SchedulerConfig{}, Model(), executor.capacity());
+  std::mt19937 rng(6);
+  SchedRequest r = Request(1, Prompt(rng, 17), 5);
+  r.n = 3;
+  ASSERT_TRUE(scheduler.Add(r).ok());
+  Driver d{scheduler, executor};
+  d.RunToEnd();
+  for (int32_t i = 0; i < 3; ++i) {
+    EXPECT_EQ((d.tokens[Key(1, i)]), ExpectedTokens(r.sampling.seed + i, r.prompt, 5, {}, kVocab));
+    EXPECT_EQ((d.finish[Key(1, i)]), FinishReason::kLength);
+  }
+  EXPECT_EQ((d.cached[Key(1, 1)]), 16);
+  EXPECT_EQ((d.cached[Key(1, 2)]), 16);
+}
+
+TEST(SchedulerTest, PreemptionUnderMemoryPressureKeepsEveryTokenRight) {
+  SchedulerConfig config;
+  config.max_num_batched_tokens = 32;
+  // 12 blocks of 4: far less than 6 requests of 9 + 20 tokens need at once.
+  FakeExecutor executor(Model(), Capacity(12, 4, 32));
+  Scheduler scheduler(config, Model(), executor.capacity());
+  std::mt19937 rng(7);
+  std::vector<SchedRequest> reqs;
+  for (uint64_t i = 1; i <= 6; ++i) {
+    reqs.push_back(Request(i, Prompt(rng, 9), 20));
+    ASSERT_TRUE(scheduler.Add(reqs.back()).ok());
+  }
+  Driver d{scheduler, executor};
+  d.RunToEnd();
+  EXPECT_GT(scheduler.Stats().num_preemptions, 0);
+  for (const SchedRequest& r : reqs) {
+    EXPECT_EQ((d.tokens[Key(r.id.value(), 0)]),
+              ExpectedTokens(r.sampling.seed, r.prompt, 20, {}, kVocab));
+  }
+  EXPECT_EQ(scheduler.block_pool().num_free(), 12);
+}
+
+TEST(SchedulerTest, AMoreImportantArrivalPreemptsTheLeastImportant) {
+  FakeExecutor executor(Model(), Capacity(8, 4, 64, 2));
+  Scheduler scheduler(SchedulerConfig{}, Model(), executor.capacity());
+  std::mt19937 rng(8);
+  SchedRequest low1 = Request(1, Prompt(rng, 4), 12);
+  SchedRequest low2 = Request(2, Prompt(rng, 4), 12);
+  low1.priority = low2.priority = 5;
+  ASSERT_TRUE(scheduler.Add(low1).ok());
+  ASSERT_TRUE(scheduler.Add(low2).ok());
+  Driver d{scheduler, executor};
+  for (int i = 0; i < 3; ++i) d.Step();
+  SchedRequest high = Request(3, Prompt(rng, 4), 2);
+  high.priority = 0;
+  ASSERT_TRUE(scheduler.Add(high).ok());
+  d.Step();
+  d.Step();
+  EXPECT_EQ((d.finish[Key(3, 0)]), FinishReason::kLength);  // ran at once, in two steps
+  EXPECT_FALSE((d.finish.contains(Key(1, 0))));
+  EXPECT_GE(scheduler.Stats().num_preemptions, 1);
+  d.RunToEnd();
+  EXPECT_EQ((d.tokens[Key(2, 0)]), ExpectedTokens(low2.sampling.seed, low2.prompt, 12, {}, kVocab));
+}
+
+TEST(SchedulerTest, AbortAndDeadlineFreeEverything) {
+  FakeExecutor executor(Model(), Capacity(64));
+  Scheduler scheduler(SchedulerConfig{}, Model(), executor.capacity());
+  std::mt19937 rng(9);
+  SchedRequest a = Request(1, Prompt(rng, 6), 100);
+  SchedRequest b = Request(2, Prompt(rng, 6), 100);
+  b.deadline_ms = 35;
+  SchedRequest c = Request(3, Prompt(rng, 6), 100);  // never runs: aborted while waiting
+  ASSERT_TRUE(scheduler.Add(a).ok());
+  ASSERT_TRUE(scheduler.Add(b).ok());
+  Driver d{scheduler, executor};
+  d.Step();
+  d.Step();
+  scheduler.Abort(RequestId(1));
+  ASSERT_TRUE(scheduler.Add(c).ok());
+  scheduler.Abort(RequestId(3));
+  scheduler.Abort(RequestId(99));  // unknown: ignored
+  d.RunToEnd();
+  EXPECT_EQ((d.finish[Key(1, 0)]), FinishReason::kAbort);
+  EXPECT_EQ((d.finish[Key(2, 0)]), FinishReason::kDeadline);
+  EXPECT_EQ((d.finish[Key(3, 0)]), FinishReason::kAbort);
+  EXPECT_EQ(scheduler.block_pool().num_free(), 64);
+  EXPECT_EQ(executor.num_sequences(), 0u);
+  EXPECT_EQ(scheduler.Stats().num_waiting_requests, 0);
+}
+
+TEST(SchedulerTest, AdmissionControlAndValidation) {
+  SchedulerConfig config;
+  config.max_waiting_requests = 2;
+  config.max_waiting_prompt_tokens = 100;
+  FakeExecutor executor(Model(), Capacity(64));
+  Scheduler scheduler(config, Model(), executor.capacity());
+  std::mt19937 rng(10);
+  EXPECT_TRUE(scheduler.Add(Request(1, Prompt(rng, 10), 4)).ok());
+  EXPECT_EQ(scheduler.Add(Request(1, Prompt(rng, 10), 4)).code(),
+            absl::StatusCode::kInvalidArgument);  // duplicate id
+  EXPECT_EQ(scheduler.Add(Request(2, Prompt(rng, 95), 4)).code(),
+            absl::StatusCode::kResourceExhausted);  // prompt tokens
+  EXPECT_TRUE(scheduler.Add(Request(3, Prompt(rng, 10), 4)).ok());
+  EXPECT_EQ(scheduler.Add(Request(4, Prompt(rng, 10), 4)).code(),
+            absl::StatusCode::kResourceExhausted);  // requests
+  EXPECT_EQ(scheduler.Add(Request(5, {}, 4)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(scheduler.Add(Request(6, Prompt(rng, 10), 0)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(scheduler.Add(Request(7, Prompt(rng, 500), 20)).code(),
+            absl::StatusCode::kInvalidArgument);  // past the context
+  EXPECT_EQ(scheduler.Add(Request(8, {TokenId(kVocab)}, 1)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(scheduler.Add(Request(9, Prompt(rng, 250), 20)).code(),
+            absl::StatusCode::kInvalidArgument);  // more blocks than the cache
+  Driver d{scheduler, executor};
+  d.Step();  // both admitted: the queue has room again
+  EXPECT_EQ(scheduler.Stats().num_waiting_requests, 0);
+  EXPECT_TRUE(scheduler.Add(Request(4, Prompt(rng, 10), 4)).ok());
+}
+
+// Many requests with shared prefixes, priorities, several choices, chunking, deadlines, aborts
+// and a cache small enough to force preemption: invariants hold after every step and every
+// choice that ran to its end produced exactly what it produces alone.
+TEST(SchedulerTest, RandomWorkloadsMatchRunningAlone) {
+  int64_t preemptions = 0, hits = 0, deadlines = 0;
+  for (uint32_t seed = 0; seed < 12; ++seed) {
+    std::mt19937 rng(seed);
+    SchedulerConfig config;
+    config.max_num_batched_tokens = 8 + static_cast<int32_t>(rng() % 40);
+    config.max_prefill_chunk = static_cast<int32_t>(rng() % 3) * 7;
+    config.enable_prefix_caching = rng() % 4 != 0;
+    FakeExecutor executor(Model(), Capacity(24 + rng() % 24, 1 + rng() % 5,
+                                            config.max_num_batched_tokens, 2 + rng() % 8));
+    Scheduler scheduler(config, Model(), executor.capacity());
+    Driver d{scheduler, executor};
+    std::vector<TokenId> common = Prompt(rng, 10, 3);
+    std::map<uint64_t, SchedRequest> reqs;
+    std::set<uint64_t> aborted;
+    for (uint64_t id = 1; id <= 30; ++id) {
+      std::vector<TokenId> p(common.begin(), common.begin() + rng() % 10);
+      for (TokenId t : Prompt(rng, 1 + rng() % 12, 3)) p.push_back(t);
+      SchedRequest r = Request(id, p, 1 + static_cast<int32_t>(rng() % 12));
+      r.priority = static_cast<int32_t>(rng() % 3);
+      r.n = 1 + static_cast<int32_t>(rng() % 3);
+      r.stop_token_ids = {TokenId(static_cast<int32_t>(rng() % kVocab))};
+      if (rng() % 8 == 0) r.deadline_ms = d.now_ms + 20 + rng() % 200;
+      if (!scheduler.Add(r).ok()) continue;
+      reqs[id] = r;
+      d.Step();
+      if (::testing::Test::HasFatalFailure()) return;
+      if (rng() % 10 == 0) {
+        scheduler.Abort(RequestId(id - rng() % id));
+        aborted.insert(id);
+      }
+    }
+    d.RunToEnd();
+    if (::testing::Test::HasFatalFailure()) return;
+    for (const auto& [id, r] : reqs) {
+      for (int32_t i = 0; i < r.n; ++i) {
+        const FinishReason f = d.finish[Key(id, i)];
+        ASSERT_NE(f, FinishReason::kNone) << "seed " << seed << " request " << id;
+        const auto expected = ExpectedTokens(r.sampling.seed + i, r.prompt, r.max_new_tokens,
+                                             r.stop_token_ids, kVocab);
+        const auto& got = d.tokens[Key(id, i)];
+        if (f == FinishReason::kLength || f == FinishReason::kStop) {
+          EXPECT_EQ(got, expected) << "seed " << seed << " request " << id << " choice " << i;
+        } else {  // cut short: what it has is a prefix of what it would have produced
+          ASSERT_LE(got.size(), expected.size());
+          EXPECT_TRUE(std::equal(got.begin(), got.end(), expected.begin()));
+        }
+      }
+    }
+    EXPECT_EQ(scheduler.block_pool().num_free(), scheduler.block_pool().num_blocks());
+    EXPECT_EQ(executor.num_sequences(), 0u);
+    preemptions += scheduler.Stats().num_preemptions;
+    hits += scheduler.Stats().prefix_cache_hit_tokens;
+    for (const auto& [key, f] : d.finish) deadlines += f == FinishReason::kDeadline ? 1 : 0;
+  }
+  // The workloads really exercise what they are meant to.
+  EXPECT_GT(preemptions, 0);
+  EXPECT_GT(hits, 0);
+  EXPECT_GT(deadlines, 0);
+}
+
+}  // namespace
+}  // namespace loom
