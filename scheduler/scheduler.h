@@ -81,6 +81,13 @@ class Scheduler {
   // Applies the executor's result for the plan Schedule returned last.
   absl::Status Update(const StepResult& result);
 
+  // Gives up on the step Schedule returned last: its sequences release their blocks and wait
+  // again, and the ids of their requests are returned so the caller can fail or retry them.
+  // `engine_ran_plan` is false when Execute refused the plan (the engine state is unchanged:
+  // its releases are repeated in the next plan and its new sequences are unknown to the
+  // engine), true when Update rejected the result of a plan the engine did run.
+  std::vector<RequestId> AbandonStep(bool engine_ran_plan);
+
   // Everything produced since the last call: new tokens and finishes, one entry per choice
   // that has something to report.
   std::vector<ChoiceOutput> TakeOutputs();
@@ -131,6 +138,10 @@ class Scheduler {
   // Sequences in the last plan, in plan order (new first), with the tokens each computes.
   std::vector<std::pair<Seq*, int32_t>> in_flight_;
   std::vector<std::pair<Seq*, int32_t>> new_in_flight_;
+  // Of the last plan: how many of in_flight_ were new to the engine, and what it released.
+  // A refused plan leaves the engine unchanged, so AbandonStep needs both.
+  size_t num_new_in_flight_ = 0;
+  std::vector<SequenceId> last_finished_;
   absl::flat_hash_map<std::pair<uint64_t, int32_t>, ChoiceOutput> outputs_;
   std::vector<std::pair<uint64_t, int32_t>> output_order_;
   // Requests whose first choice has not run yet, and their prompt tokens (admission control).

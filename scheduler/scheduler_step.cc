@@ -27,6 +27,8 @@ StepPlan Scheduler::Schedule(int64_t now_ms) {
   if (num_preemptions_ == preemptions_before) ScheduleWaiting(&budget, plan);
   plan.finished = std::move(released_);
   released_.clear();
+  last_finished_ = plan.finished;
+  num_new_in_flight_ = new_in_flight_.size();
   // The result lists new sequences first, then continuing ones, in plan order.
   in_flight_.insert(in_flight_.begin(), new_in_flight_.begin(), new_in_flight_.end());
   new_in_flight_.clear();

@@ -12,15 +12,10 @@ namespace loom {
 
 absl::Status Scheduler::Update(const StepResult& result) {
   if (result.outputs.size() != in_flight_.size()) {
-    const size_t expected = in_flight_.size();
-    // The engine refused or lost the step: nothing it reports can be trusted, so every sequence
-    // of the step starts over (recompute) rather than continue from an unknown state.
-    for (auto& [seq, n] : std::vector(in_flight_)) {
-      if (seq->state == Seq::State::kRunning) Preempt(*seq);
-    }
-    in_flight_.clear();
+    // Nothing in this result can be trusted; the caller abandons the step (AbandonStep).
     return absl::InternalError(StrCat("step result has ", result.outputs.size(),
-                                      " outputs for ", expected, " scheduled sequences"));
+                                      " outputs for ", in_flight_.size(),
+                                      " scheduled sequences"));
   }
   const std::vector<std::pair<Seq*, int32_t>> step = std::move(in_flight_);
   in_flight_.clear();
@@ -28,6 +23,7 @@ absl::Status Scheduler::Update(const StepResult& result) {
     Seq& seq = *step[i].first;
     const SequenceOutput& out = result.outputs[i];
     if (out.seq_id != seq.id) {
+      in_flight_.assign(step.begin() + static_cast<ptrdiff_t>(i), step.end());
       return absl::InternalError(StrCat("step output ", i, " is for sequence ", out.seq_id,
                                         "; the plan had ", seq.id));
     }
@@ -37,6 +33,32 @@ absl::Status Scheduler::Update(const StepResult& result) {
     if (out.has_token()) AppendToken(seq, out);  // may finish and destroy the sequence
   }
   return absl::OkStatus();
+}
+
+std::vector<RequestId> Scheduler::AbandonStep(bool engine_ran_plan) {
+  std::vector<RequestId> ids;
+  if (!engine_ran_plan) {
+    // A refused plan left the engine unchanged: what it was to release is still there, and the
+    // sequences new in it are unknown to it.
+    released_.insert(released_.end(), last_finished_.begin(), last_finished_.end());
+    for (size_t i = 0; i < num_new_in_flight_ && i < in_flight_.size(); ++i) {
+      in_flight_[i].first->known = false;
+    }
+  }
+  last_finished_.clear();
+  for (size_t i = 0; i < in_flight_.size(); ++i) {
+    Seq* seq = in_flight_[i].first;
+    if (std::find(ids.begin(), ids.end(), seq->req->params.id) == ids.end()) {
+      ids.push_back(seq->req->params.id);
+    }
+    if (seq->state == Seq::State::kRunning) {
+      Release(*seq);
+      Erase(running_, seq);
+      InsertWaiting(seq);
+    }
+  }
+  in_flight_.clear();
+  return ids;
 }
 
 void Scheduler::RegisterFullBlocks(Seq& seq) {

@@ -8,6 +8,9 @@
 // the tokens, and the test's comparison against ExpectedTokens catches it.
 #pragma once
 
+#include <algorithm>
+#include <chrono>
+#include <thread>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -46,6 +49,7 @@ class FakeExecutor : public Executor {
         slots_(static_cast<size_t>(capacity.num_blocks) * capacity.block_size, TokenId(-1)) {}
 
   absl::StatusOr<StepResult> Execute(const StepPlan& plan) override {
+    if (step_delay_.count() > 0) std::this_thread::sleep_for(step_delay_);
     for (SequenceId id : plan.finished) {
       if (seqs_.erase(id) == 0) return Fail(StrCat("finished unknown sequence ", id));
     }
@@ -94,6 +98,8 @@ class FakeExecutor : public Executor {
   const ModelInfo& model_info() const override { return info_; }
   const KvCapacity& capacity() const override { return capacity_; }
   size_t num_sequences() const { return seqs_.size(); }
+  // Makes every step take at least this long (tests that must act while a request runs).
+  void set_step_delay(std::chrono::microseconds delay) { step_delay_ = delay; }
   int64_t num_steps() const { return num_steps_; }
 
  private:
@@ -139,6 +145,7 @@ class FakeExecutor : public Executor {
   std::vector<TokenId> slots_;
   absl::flat_hash_map<SequenceId, Seq> seqs_;
   int64_t num_steps_ = 0;
+  std::chrono::microseconds step_delay_{0};
 };
 
 }  // namespace loom::testing

@@ -1,0 +1,159 @@
+#include "scheduler/engine_loop.h"
+
+#include <utility>
+
+#include "engine/common/logging.h"
+#include "engine/common/strings.h"
+
+namespace loom {
+
+EngineLoop::EngineLoop(Executor& executor, const SchedulerConfig& config, Clock clock)
+    : executor_(executor),
+      clock_(std::move(clock)),
+      scheduler_(config, executor.model_info(), executor.capacity()) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+EngineLoop::~EngineLoop() { Stop(); }
+
+std::shared_ptr<RequestStream> EngineLoop::Submit(SchedRequest request) {
+  auto stream = std::make_shared<RequestStream>(request.id, std::max(request.n, 1));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) {
+      stream->Fail(absl::UnavailableError("the server is shutting down"));
+      return stream;
+    }
+    inbox_.push_back(Submission{std::move(request), stream});
+  }
+  cv_.notify_one();
+  return stream;
+}
+
+void EngineLoop::Abort(RequestId id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    aborts_.push_back(id);
+  }
+  cv_.notify_one();
+}
+
+EngineLoopStats EngineLoop::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void EngineLoop::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+void EngineLoop::Run() {
+  while (DrainInbox()) {
+    if (scheduler_.HasWork()) RunOneStep();
+  }
+  // Stopping: everything still here ends as aborted, and the engine lets go of it.
+  for (auto& [id, entry] : streams_) scheduler_.Abort(id);
+  if (scheduler_.HasWork()) {
+    // Every request is aborted, so this plan only names sequences for the engine to drop.
+    const StepPlan plan = scheduler_.Schedule(clock_());
+    absl::StatusOr<StepResult> result = executor_.Execute(plan);
+    if (result.ok()) (void)scheduler_.Update(*result);
+    Publish(scheduler_.TakeOutputs());
+  }
+  for (auto& [id, entry] : streams_) {
+    entry.stream->Fail(absl::UnavailableError("the server stopped"));
+  }
+  streams_.clear();
+  std::vector<Submission> never_started;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    never_started.swap(inbox_);
+  }
+  for (Submission& s : never_started) {
+    s.stream->Fail(absl::UnavailableError("the server stopped"));
+  }
+}
+
+bool EngineLoop::DrainInbox() {
+  std::vector<Submission> inbox;
+  std::vector<RequestId> aborts;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] {
+      return stopping_ || !inbox_.empty() || !aborts_.empty() || scheduler_.HasWork();
+    });
+    if (stopping_) return false;
+    inbox.swap(inbox_);
+    aborts.swap(aborts_);
+  }
+  for (Submission& s : inbox) {
+    const RequestId id = s.request.id;
+    if (streams_.contains(id)) {
+      s.stream->Fail(absl::InvalidArgumentError(StrCat("request id ", id, " is already running")));
+      continue;
+    }
+    const int32_t n = s.request.n;
+    absl::Status status = scheduler_.Add(std::move(s.request));
+    if (!status.ok()) {
+      s.stream->Fail(status);
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.num_rejected;
+      continue;
+    }
+    streams_.emplace(id, Entry{std::move(s.stream), n});
+  }
+  for (RequestId id : aborts) scheduler_.Abort(id);
+  return true;
+}
+
+void EngineLoop::RunOneStep() {
+  StepPlan plan = scheduler_.Schedule(clock_());
+  absl::StatusOr<StepResult> result = executor_.Execute(plan);
+  if (!result.ok()) {
+    FailStep(result.status(), /*engine_ran_plan=*/false);
+  } else if (absl::Status s = scheduler_.Update(*result); !s.ok()) {
+    FailStep(s, /*engine_ran_plan=*/true);
+  }
+  {
+    // Before the outputs go out, so a client that saw its request end sees its blocks freed.
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.num_steps;
+    stats_.scheduler = scheduler_.Stats();
+    stats_.last_step_ms = clock_();
+  }
+  Publish(scheduler_.TakeOutputs());
+}
+
+// The executor refused a step, or its result did not fit the plan: the requests in it end with
+// the error, the others go on.
+void EngineLoop::FailStep(const absl::Status& error, bool engine_ran_plan) {
+  LOOM_LOG(kError, "step failed: ", error.message());
+  for (RequestId id : scheduler_.AbandonStep(engine_ran_plan)) {
+    auto it = streams_.find(id);
+    if (it != streams_.end()) {
+      it->second.stream->Fail(error);
+      streams_.erase(it);
+    }
+    scheduler_.Abort(id);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.num_failed_steps;
+}
+
+void EngineLoop::Publish(std::vector<ChoiceOutput> outputs) {
+  for (ChoiceOutput& out : outputs) {
+    auto it = streams_.find(out.request_id);
+    if (it == streams_.end()) continue;  // failed earlier; its late finish has no reader
+    Entry& entry = it->second;
+    const bool finished = out.finish != FinishReason::kNone;
+    entry.stream->Push(std::move(out));
+    if (finished && --entry.num_running_choices == 0) streams_.erase(it);
+  }
+}
+
+}  // namespace loom

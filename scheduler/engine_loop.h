@@ -1,0 +1,91 @@
+// The engine loop of shared/ARCHITECTURE.md §3: one thread owns the Scheduler and drives the
+// Executor; requests and aborts arrive through an inbox, outputs leave through RequestStreams.
+//
+//   loop: drain the inbox -> Schedule -> Execute -> Update -> push outputs to streams
+//
+// The loop never waits on a consumer. When it has nothing to do it sleeps until the inbox gets
+// something. A step the executor fails ends only the requests in that step (their streams get
+// the error); the loop keeps serving the rest.
+//
+// Thread safety: Submit, Abort, Stats and Stop may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "engine/api/executor.h"
+#include "scheduler/request_stream.h"
+#include "scheduler/scheduler.h"
+
+namespace loom {
+
+// Counters and a scheduler snapshot, refreshed after every step.
+struct EngineLoopStats {
+  SchedulerStats scheduler;
+  int64_t num_steps = 0;
+  int64_t num_failed_steps = 0;
+  int64_t num_rejected = 0;  // refused at admission
+  // Time of the last completed step on the loop's clock (liveness).
+  int64_t last_step_ms = 0;
+};
+
+class EngineLoop {
+ public:
+  using Clock = std::function<int64_t()>;  // milliseconds, monotonic
+
+  // `executor` must outlive the loop. The thread starts at construction.
+  EngineLoop(Executor& executor, const SchedulerConfig& config, Clock clock);
+  ~EngineLoop();  // Stop()
+
+  // Queues a request; its stream reports tokens, finishes, or why it was refused (the
+  // scheduler's Add status: InvalidArgument or ResourceExhausted).
+  std::shared_ptr<RequestStream> Submit(SchedRequest request);
+
+  // Ends a request with FinishReason::kAbort (client gone); its blocks are freed at the next
+  // step. Unknown or finished ids are ignored.
+  void Abort(RequestId id);
+
+  EngineLoopStats Stats() const;
+
+  // Aborts everything still queued or running and joins the thread. Idempotent.
+  void Stop();
+
+ private:
+  struct Submission {
+    SchedRequest request;
+    std::shared_ptr<RequestStream> stream;
+  };
+
+  void Run();
+  bool DrainInbox();  // false when stopping
+  void RunOneStep();
+  void Publish(std::vector<ChoiceOutput> outputs);
+  void FailStep(const absl::Status& error, bool engine_ran_plan);
+
+  Executor& executor_;
+  Clock clock_;
+  Scheduler scheduler_;  // loop thread only
+  struct Entry {
+    std::shared_ptr<RequestStream> stream;
+    int32_t num_running_choices = 0;
+  };
+  absl::flat_hash_map<RequestId, Entry> streams_;  // loop thread only
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Submission> inbox_;
+  std::vector<RequestId> aborts_;
+  bool stopping_ = false;
+  EngineLoopStats stats_;
+
+  std::thread thread_;
+};
+
+}  // namespace loom

@@ -1,0 +1,210 @@
+#include "scheduler/engine_loop.h"
+
+#include <atomic>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "tests/scheduler/fake_executor.h"
+
+namespace loom {
+namespace {
+
+using testing::ExpectedTokens;
+using testing::FakeExecutor;
+
+constexpr int32_t kVocab = 64;
+
+ModelInfo Model() {
+  ModelInfo info;
+  info.vocab_size = kVocab;
+  info.max_context_len = 1024;
+  return info;
+}
+
+KvCapacity Capacity(int32_t num_blocks) {
+  KvCapacity c;
+  c.num_blocks = num_blocks;
+  c.block_size = 4;
+  c.max_num_batched_tokens = 64;
+  c.max_num_seqs = 8;
+  return c;
+}
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+SchedRequest Request(uint64_t id, int32_t prompt_len, int32_t max_new, int32_t n = 1) {
+  SchedRequest r;
+  r.id = RequestId(id);
+  for (int32_t i = 0; i < prompt_len; ++i) r.prompt.push_back(TokenId((i * 7 + id) % kVocab));
+  r.max_new_tokens = max_new;
+  r.sampling.seed = id;
+  r.n = n;
+  return r;
+}
+
+// Reads a stream to its end; returns the tokens per choice and the final status.
+struct Collected {
+  std::map<int32_t, std::vector<TokenId>> tokens;
+  std::map<int32_t, FinishReason> finish;
+  absl::Status error;
+};
+
+Collected ReadAll(RequestStream& stream) {
+  Collected c;
+  for (;;) {
+    StreamBatch batch = stream.Wait(absl::Seconds(10));
+    for (ChoiceOutput& out : batch.outputs) {
+      auto& t = c.tokens[out.index];
+      t.insert(t.end(), out.new_tokens.begin(), out.new_tokens.end());
+      if (out.finish != FinishReason::kNone) c.finish[out.index] = out.finish;
+    }
+    if (batch.done) {
+      c.error = batch.error;
+      return c;
+    }
+  }
+}
+
+TEST(EngineLoopTest, ManyClientsOnManyThreadsGetTheirOwnTokens) {
+  FakeExecutor executor(Model(), Capacity(40));
+  EngineLoop loop(executor, SchedulerConfig{}, NowMs);
+  std::vector<std::thread> clients;
+  std::atomic<int> mismatches{0};
+  for (int t = 0; t < 4; ++t) {
+    clients.emplace_back([&, t] {
+      for (int k = 0; k < 10; ++k) {
+        const uint64_t id = 100 * t + k + 1;
+        SchedRequest r = Request(id, 3 + (k * 5) % 17, 2 + k % 9, 1 + k % 2);
+        const SchedRequest copy = r;
+        std::shared_ptr<RequestStream> stream = loop.Submit(std::move(r));
+        Collected c = ReadAll(*stream);
+        for (int32_t i = 0; i < copy.n; ++i) {
+          const auto expected =
+              ExpectedTokens(copy.sampling.seed + i, copy.prompt, copy.max_new_tokens, {}, kVocab);
+          if (!c.error.ok() || c.tokens[i] != expected || c.finish[i] != FinishReason::kLength) {
+            ++mismatches;
+          }
+        }
+      }
+    });
+  }
+  for (std::thread& c : clients) c.join();
+  EXPECT_EQ(mismatches.load(), 0);
+  const EngineLoopStats stats = loop.Stats();
+  EXPECT_GT(stats.num_steps, 0);
+  EXPECT_EQ(stats.num_failed_steps, 0);
+  loop.Stop();
+  EXPECT_EQ(executor.num_sequences(), 0u);
+}
+
+TEST(EngineLoopTest, RefusedRequestsGetTheirReasonAndOthersGoOn) {
+  FakeExecutor executor(Model(), Capacity(16));
+  EngineLoop loop(executor, SchedulerConfig{}, NowMs);
+  Collected bad = ReadAll(*loop.Submit(Request(1, 0, 4)));
+  EXPECT_EQ(bad.error.code(), absl::StatusCode::kInvalidArgument);
+  Collected huge = ReadAll(*loop.Submit(Request(2, 100, 4)));  // more blocks than the cache
+  EXPECT_EQ(huge.error.code(), absl::StatusCode::kInvalidArgument);
+  Collected good = ReadAll(*loop.Submit(Request(3, 5, 4)));
+  EXPECT_TRUE(good.error.ok());
+  EXPECT_EQ(good.tokens[0].size(), 4u);
+  EXPECT_EQ(loop.Stats().num_rejected, 2);
+}
+
+TEST(EngineLoopTest, AbortEndsARequestAndFreesItsBlocks) {
+  FakeExecutor executor(Model(), Capacity(64));
+  executor.set_step_delay(std::chrono::milliseconds(2));  // 200 tokens take 400 ms
+  EngineLoop loop(executor, SchedulerConfig{}, NowMs);
+  std::shared_ptr<RequestStream> stream = loop.Submit(Request(1, 8, 200));
+  // Wait for the first tokens, then abort.
+  StreamBatch first = stream->Wait(absl::Seconds(10));
+  ASSERT_FALSE(first.outputs.empty());
+  loop.Abort(RequestId(1));
+  Collected rest = ReadAll(*stream);
+  EXPECT_EQ(rest.finish[0], FinishReason::kAbort);
+  // The loop keeps serving, and the aborted request's blocks came back.
+  Collected next = ReadAll(*loop.Submit(Request(2, 8, 3)));
+  EXPECT_EQ(next.finish[0], FinishReason::kLength);
+  EXPECT_EQ(loop.Stats().scheduler.num_free_blocks, 64);
+}
+
+TEST(EngineLoopTest, AConsumerThatNeverReadsDoesNotHoldUpOthers) {
+  FakeExecutor executor(Model(), Capacity(64));
+  EngineLoop loop(executor, SchedulerConfig{}, NowMs);
+  std::shared_ptr<RequestStream> ignored = loop.Submit(Request(1, 4, 200));
+  Collected c = ReadAll(*loop.Submit(Request(2, 4, 20)));
+  EXPECT_EQ(c.tokens[0].size(), 20u);
+  loop.Abort(RequestId(1));
+  // Everything the loop produced for the unread stream waited there, whether it ran to its
+  // length or was cut short by the abort.
+  Collected abandoned = ReadAll(*ignored);
+  EXPECT_TRUE(abandoned.error.ok());
+  EXPECT_NE(abandoned.finish[0], FinishReason::kNone);
+  EXPECT_EQ(abandoned.tokens[0].size() == 200, abandoned.finish[0] == FinishReason::kLength);
+}
+
+TEST(EngineLoopTest, NotifierFiresOnTheLoopThread) {
+  FakeExecutor executor(Model(), Capacity(16));
+  executor.set_step_delay(std::chrono::milliseconds(20));  // the notifier is set before step 1 ends
+  EngineLoop loop(executor, SchedulerConfig{}, NowMs);
+  std::atomic<int> calls{0};
+  std::shared_ptr<RequestStream> stream;
+  {
+    SchedRequest r = Request(1, 4, 5);
+    stream = loop.Submit(std::move(r));
+    stream->SetNotifier([&] { ++calls; });
+  }
+  Collected c = ReadAll(*stream);
+  EXPECT_EQ(c.tokens[0].size(), 5u);
+  EXPECT_GE(calls.load(), 1);
+}
+
+// An executor that fails every step containing a given sequence's prompt token: only that
+// request fails, with the executor's message; the loop keeps serving.
+class FlakyExecutor : public FakeExecutor {
+ public:
+  using FakeExecutor::FakeExecutor;
+  absl::StatusOr<StepResult> Execute(const StepPlan& plan) override {
+    for (const NewSequencePlan& p : plan.new_sequences) {
+      if (p.token_ids[0] == TokenId(kVocab - 1)) {
+        return absl::InternalError("device lost the step");
+      }
+    }
+    return FakeExecutor::Execute(plan);
+  }
+};
+
+TEST(EngineLoopTest, AFailedStepFailsOnlyItsRequests) {
+  FlakyExecutor executor(Model(), Capacity(32));
+  EngineLoop loop(executor, SchedulerConfig{}, NowMs);
+  SchedRequest poison = Request(1, 4, 5);
+  poison.prompt[0] = TokenId(kVocab - 1);
+  Collected bad = ReadAll(*loop.Submit(poison));
+  EXPECT_EQ(bad.error.code(), absl::StatusCode::kInternal);
+  EXPECT_NE(bad.error.message().find("device lost"), std::string::npos);
+  Collected good = ReadAll(*loop.Submit(Request(2, 4, 5)));
+  EXPECT_TRUE(good.error.ok());
+  EXPECT_EQ(good.tokens[0].size(), 5u);
+  EXPECT_GE(loop.Stats().num_failed_steps, 1);
+}
+
+TEST(EngineLoopTest, StopEndsEverythingAndRefusesNewWork) {
+  FakeExecutor executor(Model(), Capacity(64));
+  auto loop = std::make_unique<EngineLoop>(executor, SchedulerConfig{}, NowMs);
+  std::shared_ptr<RequestStream> running = loop->Submit(Request(1, 4, 100));
+  loop->Stop();
+  Collected c = ReadAll(*running);
+  EXPECT_TRUE(c.error.code() == absl::StatusCode::kUnavailable ||
+              c.finish[0] != FinishReason::kNone);
+  Collected late = ReadAll(*loop->Submit(Request(2, 4, 4)));
+  EXPECT_EQ(late.error.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(executor.num_sequences(), 0u);
+}
+
+}  // namespace
+}  // namespace loom
