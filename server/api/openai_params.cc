@@ -1,0 +1,353 @@
+#include "server/api/openai_params.h"
+
+#include <cmath>
+#include <cstdlib>
+
+#include "absl/container/flat_hash_set.h"
+#include "engine/common/json.h"
+#include "engine/common/status.h"
+#include "engine/common/strings.h"
+#include "server/api/api_status.h"
+
+namespace loom::api {
+namespace {
+
+// Fields each endpoint understands (anything else is ignored, or refused in strict mode).
+const absl::flat_hash_set<std::string_view>& KnownFields(EndpointKind kind) {
+  static const auto* completion = new absl::flat_hash_set<std::string_view>{
+      "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p", "n", "stream",
+      "stream_options", "logprobs", "echo", "stop", "stop_token_ids", "presence_penalty",
+      "frequency_penalty", "repetition_penalty", "best_of", "logit_bias", "user", "seed",
+      "suffix", "ignore_eos", "min_tokens", "priority", "skip_special_tokens",
+      "include_stop_str_in_output", "cache_salt", "request_id", "response_format"};
+  static const auto* chat = new absl::flat_hash_set<std::string_view>{
+      "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p",
+      "top_k", "min_p", "n", "stream", "stream_options", "logprobs", "top_logprobs", "stop",
+      "stop_token_ids", "presence_penalty", "frequency_penalty", "repetition_penalty",
+      "logit_bias", "user", "seed", "ignore_eos", "min_tokens", "priority",
+      "skip_special_tokens", "include_stop_str_in_output", "cache_salt", "request_id",
+      "response_format", "tools", "tool_choice", "parallel_tool_calls", "add_generation_prompt",
+      "continue_final_message", "chat_template_kwargs", "echo"};
+  return kind == EndpointKind::kChat ? *chat : *completion;
+}
+
+// Optional members: absent or null keeps the default.
+absl::Status OptNumber(const Json& obj, std::string_view key, double lo, double hi, double* out) {
+  std::optional<Json> v = obj.Find(key);
+  if (!v.has_value() || v->IsNull()) return absl::OkStatus();
+  if (!v->IsNumber() || v->IsBool()) return ParamError(key, StrCat("'", key, "' must be a number"));
+  const double d = *v->AsDouble();
+  if (!std::isfinite(d) || d < lo || d > hi) {
+    return ParamError(key, StrCat("'", key, "' must be in [", lo, ", ", hi, "]; got ", d));
+  }
+  *out = d;
+  return absl::OkStatus();
+}
+
+template <typename Int>
+absl::Status OptInt(const Json& obj, std::string_view key, int64_t lo, int64_t hi, Int* out) {
+  std::optional<Json> v = obj.Find(key);
+  if (!v.has_value() || v->IsNull()) return absl::OkStatus();
+  if (!v->IsInteger() || v->IsBool()) {
+    return ParamError(key, StrCat("'", key, "' must be an integer"));
+  }
+  absl::StatusOr<int64_t> i = v->AsInt();
+  if (!i.ok() || *i < lo || *i > hi) {
+    return ParamError(key, StrCat("'", key, "' must be in [", lo, ", ", hi, "]"));
+  }
+  *out = static_cast<Int>(*i);
+  return absl::OkStatus();
+}
+
+absl::Status OptBool(const Json& obj, std::string_view key, bool* out) {
+  std::optional<Json> v = obj.Find(key);
+  if (!v.has_value() || v->IsNull()) return absl::OkStatus();
+  if (!v->IsBool()) return ParamError(key, StrCat("'", key, "' must be a boolean"));
+  *out = *v->AsBool();
+  return absl::OkStatus();
+}
+
+absl::Status OptString(const Json& obj, std::string_view key, std::string* out) {
+  std::optional<Json> v = obj.Find(key);
+  if (!v.has_value() || v->IsNull()) return absl::OkStatus();
+  if (!v->IsString()) return ParamError(key, StrCat("'", key, "' must be a string"));
+  *out = *v->AsString();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int32_t> TokenId(const Json& v, std::string_view param, int32_t vocab) {
+  if (!v.IsInteger() || v.IsBool()) return ParamError(param, "token ids must be integers");
+  const int64_t id = *v.AsInt();
+  if (id < 0 || id >= vocab) {
+    return ParamError(param, StrCat("token id ", id, " is outside the vocabulary [0, ", vocab, ")"));
+  }
+  return static_cast<int32_t>(id);
+}
+
+absl::StatusOr<std::vector<int32_t>> TokenIds(const Json& arr, std::string_view param,
+                                              int32_t vocab) {
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < arr.size(); ++i) {
+    LOOM_ASSIGN_OR_RETURN(int32_t id, TokenId(arr[i], param, vocab));
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+absl::Status ParsePrompt(const Json& body, const ParseLimits& limits, CompletionParams* p) {
+  std::optional<Json> prompt = body.Find("prompt");
+  if (!prompt.has_value() || prompt->IsNull()) return ParamError("prompt", "'prompt' is required");
+  const auto add_text = [&](std::string text) {
+    p->prompts.push_back(PromptInput{std::move(text), {}, false});
+  };
+  if (prompt->IsString()) {
+    add_text(*prompt->AsString());
+    return absl::OkStatus();
+  }
+  if (!prompt->IsArray() || prompt->size() == 0) {
+    return ParamError("prompt", "'prompt' must be a string, an array of strings, an array of token "
+                                "ids, or an array of arrays of token ids, and not empty");
+  }
+  if ((*prompt)[0].IsInteger()) {
+    LOOM_ASSIGN_OR_RETURN(std::vector<int32_t> ids, TokenIds(*prompt, "prompt", limits.vocab_size));
+    p->prompts.push_back(PromptInput{{}, std::move(ids), true});
+    return absl::OkStatus();
+  }
+  if (static_cast<int64_t>(prompt->size()) > limits.max_prompts) {
+    return ParamError("prompt", StrCat("at most ", limits.max_prompts, " prompts per request"));
+  }
+  for (size_t i = 0; i < prompt->size(); ++i) {
+    const Json item = (*prompt)[i];
+    if (item.IsString()) {
+      add_text(*item.AsString());
+    } else if (item.IsArray() && item.size() > 0) {
+      LOOM_ASSIGN_OR_RETURN(std::vector<int32_t> ids, TokenIds(item, "prompt", limits.vocab_size));
+      p->prompts.push_back(PromptInput{{}, std::move(ids), true});
+    } else {
+      return ParamError("prompt", "each prompt must be a string or a non-empty array of token ids");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseMessages(const Json& body, std::string_view raw, CompletionParams* p) {
+  std::optional<Json> messages = body.Find("messages");
+  if (!messages.has_value() || !messages->IsArray() || messages->size() == 0) {
+    return ParamError("messages", "'messages' must be a non-empty array");
+  }
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const Json m = (*messages)[i];
+    const std::string where = StrCat("messages[", i, "]");
+    if (!m.IsObject()) return ParamError(where, StrCat(where, " must be an object"));
+    std::optional<Json> role = m.Find("role");
+    if (!role.has_value() || !role->IsString()) {
+      return ParamError(where, StrCat(where, ".role must be a string"));
+    }
+    std::optional<Json> content = m.Find("content");
+    if (!content.has_value() || content->IsNull() || content->IsString()) continue;
+    if (!content->IsArray()) {
+      return ParamError(where, StrCat(where, ".content must be a string, null or an array of parts"));
+    }
+    for (size_t k = 0; k < content->size(); ++k) {
+      const Json part = (*content)[k];
+      absl::StatusOr<std::string> type = part.GetString("type", "");
+      if (!type.ok() || *type != "text" || !part.Find("text").has_value() ||
+          !part.Find("text")->IsString()) {
+        return ParamError(where, StrCat(where, ".content[", k,
+                                        "]: only parts of type 'text' with a string 'text' are "
+                                        "supported"));
+      }
+    }
+  }
+  p->messages_json = std::string(raw);  // the chat layer re-reads it with key order kept
+  LOOM_RETURN_IF_ERROR(OptBool(body, "add_generation_prompt", &p->add_generation_prompt));
+  LOOM_RETURN_IF_ERROR(OptBool(body, "continue_final_message", &p->continue_final_message));
+  if (p->add_generation_prompt && p->continue_final_message) {
+    // Only refuse when both were asked for explicitly.
+    std::optional<Json> agp = body.Find("add_generation_prompt");
+    if (agp.has_value() && !agp->IsNull()) {
+      return ParamError("continue_final_message",
+                        "'continue_final_message' and 'add_generation_prompt' exclude each other");
+    }
+    p->add_generation_prompt = false;
+  }
+  if (std::optional<Json> kw = body.Find("chat_template_kwargs"); kw.has_value() && !kw->IsNull()) {
+    if (!kw->IsObject()) {
+      return ParamError("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    }
+    p->chat_template_kwargs_json = kw->Dump();
+  }
+  if (std::optional<Json> tools = body.Find("tools"); tools.has_value() && !tools->IsNull()) {
+    return ParamError("tools", "'tools' is not supported yet");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseStop(const Json& body, const ParseLimits& limits, CompletionParams* p) {
+  std::optional<Json> stop = body.Find("stop");
+  if (stop.has_value() && !stop->IsNull()) {
+    if (stop->IsString()) {
+      p->stop.push_back(*stop->AsString());
+    } else if (stop->IsArray()) {
+      for (size_t i = 0; i < stop->size(); ++i) {
+        if (!(*stop)[i].IsString()) return ParamError("stop", "'stop' entries must be strings");
+        p->stop.push_back(*(*stop)[i].AsString());
+      }
+    } else {
+      return ParamError("stop", "'stop' must be a string or an array of strings");
+    }
+    if (static_cast<int32_t>(p->stop.size()) > limits.max_stop_strings) {
+      return ParamError("stop", StrCat("at most ", limits.max_stop_strings, " stop strings"));
+    }
+    for (const std::string& s : p->stop) {
+      if (s.empty() || static_cast<int32_t>(s.size()) > limits.max_stop_string_bytes) {
+        return ParamError("stop", StrCat("stop strings must have 1 to ",
+                                         limits.max_stop_string_bytes, " bytes"));
+      }
+    }
+  }
+  std::optional<Json> ids = body.Find("stop_token_ids");
+  if (ids.has_value() && !ids->IsNull()) {
+    if (!ids->IsArray()) return ParamError("stop_token_ids", "'stop_token_ids' must be an array");
+    LOOM_ASSIGN_OR_RETURN(p->stop_token_ids,
+                          TokenIds(*ids, "stop_token_ids", limits.vocab_size));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseLogitBias(const Json& body, const ParseLimits& limits, CompletionParams* p) {
+  std::optional<Json> bias = body.Find("logit_bias");
+  if (!bias.has_value() || bias->IsNull()) return absl::OkStatus();
+  if (!bias->IsObject()) return ParamError("logit_bias", "'logit_bias' must be an object");
+  std::vector<std::pair<std::string, Json>> items = bias->Items();
+  if (static_cast<int32_t>(items.size()) > limits.max_logit_bias_entries) {
+    return ParamError("logit_bias",
+                      StrCat("at most ", limits.max_logit_bias_entries, " logit_bias entries"));
+  }
+  for (const auto& [key, value] : items) {
+    char* end = nullptr;
+    const long long id = std::strtoll(key.c_str(), &end, 10);
+    if (key.empty() || *end != '\0' || id < 0 || id >= limits.vocab_size) {
+      return ParamError("logit_bias", StrCat("logit_bias key '", key,
+                                             "' is not a token id in [0, ", limits.vocab_size, ")"));
+    }
+    if (!value.IsNumber() || value.IsBool() || std::abs(*value.AsDouble()) > 100) {
+      return ParamError("logit_bias", "logit_bias values must be numbers in [-100, 100]");
+    }
+    p->logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(*value.AsDouble()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseLogprobs(const Json& body, EndpointKind kind, CompletionParams* p) {
+  if (kind == EndpointKind::kCompletion) {
+    return OptInt(body, "logprobs", 0, 20, &p->logprobs);
+  }
+  bool want = false;
+  LOOM_RETURN_IF_ERROR(OptBool(body, "logprobs", &want));
+  int32_t top = 0;
+  LOOM_RETURN_IF_ERROR(OptInt(body, "top_logprobs", 0, 20, &top));
+  std::optional<Json> top_given = body.Find("top_logprobs");
+  if (!want && top_given.has_value() && !top_given->IsNull() && top > 0) {
+    return ParamError("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+  }
+  p->logprobs = want ? top : -1;
+  return absl::OkStatus();
+}
+
+absl::Status ParseUnsupported(const Json& body, EndpointKind kind, CompletionParams* p) {
+  if (std::optional<Json> rf = body.Find("response_format"); rf.has_value() && !rf->IsNull()) {
+    absl::StatusOr<std::string> type = rf->IsObject() ? rf->GetString("type", "text")
+                                                      : absl::StatusOr<std::string>("?");
+    if (!type.ok() || *type != "text") {
+      return ParamError("response_format",
+                        "'response_format' other than {\"type\": \"text\"} is not supported yet");
+    }
+  }
+  if (std::optional<Json> s = body.Find("suffix"); s.has_value() && !s->IsNull()) {
+    return ParamError("suffix", "'suffix' is not supported");
+  }
+  if (std::optional<Json> b = body.Find("best_of"); b.has_value() && !b->IsNull()) {
+    int32_t best_of = p->n;
+    LOOM_RETURN_IF_ERROR(OptInt(body, "best_of", 1, 128, &best_of));
+    if (best_of != p->n) return ParamError("best_of", "'best_of' must equal 'n' (or be omitted)");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseSampling(const Json& body, CompletionParams* p) {
+  LOOM_RETURN_IF_ERROR(OptNumber(body, "temperature", 0, 2, &p->temperature));
+  LOOM_RETURN_IF_ERROR(OptNumber(body, "top_p", 0, 1, &p->top_p));
+  if (p->top_p <= 0) return ParamError("top_p", "'top_p' must be in (0, 1]");
+  LOOM_RETURN_IF_ERROR(OptInt(body, "top_k", -1, 1 << 20, &p->top_k));
+  if (p->top_k < 0) p->top_k = 0;  // vLLM: -1 disables
+  LOOM_RETURN_IF_ERROR(OptNumber(body, "min_p", 0, 1, &p->min_p));
+  LOOM_RETURN_IF_ERROR(OptNumber(body, "repetition_penalty", 1e-3, 100, &p->repetition_penalty));
+  LOOM_RETURN_IF_ERROR(OptNumber(body, "frequency_penalty", -2, 2, &p->frequency_penalty));
+  LOOM_RETURN_IF_ERROR(OptNumber(body, "presence_penalty", -2, 2, &p->presence_penalty));
+  int64_t seed = 0;
+  if (std::optional<Json> s = body.Find("seed"); s.has_value() && !s->IsNull()) {
+    LOOM_RETURN_IF_ERROR(OptInt(body, "seed", INT64_MIN, INT64_MAX, &seed));
+    p->seed = seed;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<CompletionParams> ParseCompletionRequest(std::string_view raw, EndpointKind kind,
+                                                        const ParseLimits& limits, bool strict) {
+  absl::StatusOr<Json> parsed = Json::Parse(raw, "request body");
+  if (!parsed.ok()) return ParamError("", StrCat("the body is not valid JSON: ", parsed.status().message()));
+  const Json& body = *parsed;
+  if (!body.IsObject()) return ParamError("", "the body must be a JSON object");
+  if (strict) {
+    for (const auto& [key, value] : body.Items()) {
+      if (!KnownFields(kind).contains(key)) {
+        return ParamError(key, StrCat("unknown field '", key, "' (strict API mode)"));
+      }
+    }
+  }
+  CompletionParams p;
+  p.kind = kind;
+  LOOM_RETURN_IF_ERROR(OptString(body, "model", &p.model));
+  if (kind == EndpointKind::kCompletion) {
+    LOOM_RETURN_IF_ERROR(ParsePrompt(body, limits, &p));
+    LOOM_RETURN_IF_ERROR(OptBool(body, "echo", &p.echo));
+  } else {
+    LOOM_RETURN_IF_ERROR(ParseMessages(body, raw, &p));
+  }
+  LOOM_RETURN_IF_ERROR(OptInt(body, "max_tokens", 0, INT32_MAX, &p.max_tokens));
+  if (kind == EndpointKind::kChat) {
+    LOOM_RETURN_IF_ERROR(OptInt(body, "max_completion_tokens", 0, INT32_MAX, &p.max_tokens));
+  }
+  if (p.max_tokens == 0 && !p.echo) {
+    return ParamError("max_tokens", "'max_tokens' must be at least 1");
+  }
+  LOOM_RETURN_IF_ERROR(OptInt(body, "n", 1, limits.max_n, &p.n));
+  LOOM_RETURN_IF_ERROR(OptBool(body, "stream", &p.stream));
+  if (std::optional<Json> so = body.Find("stream_options"); so.has_value() && !so->IsNull()) {
+    if (!so->IsObject()) return ParamError("stream_options", "'stream_options' must be an object");
+    if (!p.stream) return ParamError("stream_options", "'stream_options' needs 'stream': true");
+    LOOM_RETURN_IF_ERROR(OptBool(*so, "include_usage", &p.include_usage));
+  }
+  LOOM_RETURN_IF_ERROR(ParseSampling(body, &p));
+  LOOM_RETURN_IF_ERROR(ParseLogitBias(body, limits, &p));
+  LOOM_RETURN_IF_ERROR(ParseLogprobs(body, kind, &p));
+  LOOM_RETURN_IF_ERROR(ParseStop(body, limits, &p));
+  LOOM_RETURN_IF_ERROR(OptBool(body, "ignore_eos", &p.ignore_eos));
+  LOOM_RETURN_IF_ERROR(OptInt(body, "min_tokens", 0, INT32_MAX, &p.min_tokens));
+  if (p.max_tokens > 0 && p.min_tokens > p.max_tokens) {
+    return ParamError("min_tokens", "'min_tokens' must not exceed 'max_tokens'");
+  }
+  LOOM_RETURN_IF_ERROR(OptBool(body, "include_stop_str_in_output", &p.include_stop_str_in_output));
+  LOOM_RETURN_IF_ERROR(OptBool(body, "skip_special_tokens", &p.skip_special_tokens));
+  LOOM_RETURN_IF_ERROR(OptInt(body, "priority", -1000000, 1000000, &p.priority));
+  LOOM_RETURN_IF_ERROR(OptString(body, "cache_salt", &p.cache_salt));
+  LOOM_RETURN_IF_ERROR(OptString(body, "user", &p.user));
+  LOOM_RETURN_IF_ERROR(OptString(body, "request_id", &p.request_id));
+  LOOM_RETURN_IF_ERROR(ParseUnsupported(body, kind, &p));
+  return p;
+}
+
+}  // namespace loom::api
