@@ -27,7 +27,7 @@ apt_packages=(
   build-essential cmake ninja-build ccache pkg-config git
   libabsl-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev libsimde-dev
-  libboost-dev
+  libboost-dev prometheus-cpp-dev
   python3 python3-venv python3-pip
 )
 

@@ -1,0 +1,186 @@
+// prometheus-cpp behind ServerMetrics. prometheus-cpp may throw (bad label names, which loom
+// never produces), so this is the one server file built with exceptions.
+#include "server/metrics/server_metrics.h"
+
+#include <mutex>
+#include <vector>
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include "scheduler/scheduler.h"
+
+namespace loom {
+namespace {
+
+using prometheus::Histogram;
+
+const Histogram::BucketBoundaries kTtftBuckets = {
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+    1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 640, 2560};
+const Histogram::BucketBoundaries kItlBuckets = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,
+                                                 0.3,  0.4,   0.5,  0.75,  1,   2.5,  5,
+                                                 7.5,  10,    20,   40,    80};
+const Histogram::BucketBoundaries kLatencyBuckets = {
+    0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960, 1920, 7680};
+
+// 1, 2, 5, 10, 20, 50, ... up to `max`.
+Histogram::BucketBoundaries OneTwoFive(int64_t max) {
+  Histogram::BucketBoundaries b;
+  for (int64_t scale = 1;; scale *= 10) {
+    for (int64_t m : {1, 2, 5}) {
+      if (m * scale > max) return b;
+      b.push_back(static_cast<double>(m * scale));
+    }
+  }
+}
+
+// One view of every family under one name prefix ("loom:" or "vllm:").
+struct View {
+  prometheus::Gauge* running;
+  prometheus::Gauge* waiting;
+  prometheus::Gauge* kv_usage;
+  prometheus::Counter* prefix_queries;
+  prometheus::Counter* prefix_hits;
+  prometheus::Counter* preemptions;
+  prometheus::Counter* prompt_tokens;
+  prometheus::Counter* generation_tokens;
+  prometheus::Family<prometheus::Counter>* success;
+  prometheus::Family<Histogram>* ttft;
+  prometheus::Family<Histogram>* itl;
+  prometheus::Family<Histogram>* tpot;
+  prometheus::Family<Histogram>* e2e;
+  prometheus::Family<Histogram>* queue;
+  prometheus::Family<Histogram>* prefill;
+  prometheus::Family<Histogram>* decode;
+  prometheus::Family<Histogram>* prompt_len;
+  prometheus::Family<Histogram>* generation_len;
+  prometheus::Family<Histogram>* params_n;
+};
+
+}  // namespace
+
+class ServerMetrics::Impl {
+ public:
+  explicit Impl(const MetricsOptions& options)
+      : options_(options),
+        registry_(std::make_shared<prometheus::Registry>()),
+        length_buckets_(OneTwoFive(options.max_model_len)) {
+    views_.push_back(MakeView("loom:"));
+    if (options.vllm_compat) views_.push_back(MakeView("vllm:"));
+  }
+
+  void ObserveRequest(const RequestRecord& r) {
+    const prometheus::Labels labels{{"model_name", options_.model_name},
+                                    {"finished_reason", r.finished_reason}};
+    std::lock_guard<std::mutex> lock(mu_);
+    for (View& v : views_) {
+      v.success->Add(labels).Increment();
+      v.e2e->Add(labels, kLatencyBuckets).Observe(r.e2e_s);
+      if (r.queue_s >= 0) v.queue->Add(labels, kLatencyBuckets).Observe(r.queue_s);
+      if (r.ttft_s >= 0) v.ttft->Add(labels, kTtftBuckets).Observe(r.ttft_s);
+      if (r.prefill_s >= 0) v.prefill->Add(labels, kLatencyBuckets).Observe(r.prefill_s);
+      if (r.decode_s >= 0) v.decode->Add(labels, kLatencyBuckets).Observe(r.decode_s);
+      if (r.decode_s >= 0 && r.generation_tokens > 1) {
+        v.tpot->Add(labels, kItlBuckets).Observe(r.decode_s / (r.generation_tokens - 1));
+      }
+      v.prompt_len->Add(labels, length_buckets_).Observe(static_cast<double>(r.prompt_tokens));
+      v.generation_len->Add(labels, length_buckets_)
+          .Observe(static_cast<double>(r.generation_tokens));
+      v.params_n->Add(labels, Histogram::BucketBoundaries{1, 2, 5, 10, 20}).Observe(r.n);
+      v.prompt_tokens->Increment(static_cast<double>(r.prompt_tokens));
+      v.generation_tokens->Increment(static_cast<double>(r.generation_tokens));
+    }
+  }
+
+  void ObserveInterToken(double seconds, int64_t num_tokens) {
+    if (num_tokens <= 0) return;
+    const prometheus::Labels labels{{"model_name", options_.model_name}};
+    std::lock_guard<std::mutex> lock(mu_);
+    for (View& v : views_) {
+      Histogram& h = v.itl->Add(labels, kItlBuckets);
+      for (int64_t i = 0; i < num_tokens; ++i) h.Observe(seconds / num_tokens);
+    }
+  }
+
+  void UpdateScheduler(const SchedulerStats& s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const double usage =
+        s.num_blocks > 0 ? 1.0 - static_cast<double>(s.num_free_blocks) / s.num_blocks : 0.0;
+    for (View& v : views_) {
+      v.running->Set(s.num_running_requests);
+      v.waiting->Set(s.num_waiting_requests);
+      v.kv_usage->Set(usage);
+      Advance(v.prefix_queries, s.prefix_cache_queried_tokens);
+      Advance(v.prefix_hits, s.prefix_cache_hit_tokens);
+      Advance(v.preemptions, s.num_preemptions);
+    }
+  }
+
+  std::string Render() const {
+    return prometheus::TextSerializer().Serialize(registry_->Collect());
+  }
+
+ private:
+  // Counters mirror cumulative snapshots: add what the snapshot gained.
+  static void Advance(prometheus::Counter* c, int64_t total) {
+    const double delta = static_cast<double>(total) - c->Value();
+    if (delta > 0) c->Increment(delta);
+  }
+
+  View MakeView(const std::string& prefix) {
+    const prometheus::Labels model{{"model_name", options_.model_name}};
+    auto gauge = [&](const std::string& name, const std::string& help) {
+      return &prometheus::BuildGauge().Name(prefix + name).Help(help).Register(*registry_).Add(model);
+    };
+    auto counter = [&](const std::string& name, const std::string& help) {
+      return &prometheus::BuildCounter().Name(prefix + name).Help(help).Register(*registry_).Add(model);
+    };
+    auto histogram = [&](const std::string& name, const std::string& help) {
+      return &prometheus::BuildHistogram().Name(prefix + name).Help(help).Register(*registry_);
+    };
+    View v;
+    v.running = gauge("num_requests_running", "Requests being computed.");
+    v.waiting = gauge("num_requests_waiting", "Requests waiting to be scheduled.");
+    v.kv_usage = gauge("kv_cache_usage_perc", "Fraction of KV cache blocks in use (0-1).");
+    v.prefix_queries = counter("prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.");
+    v.prefix_hits = counter("prefix_cache_hits_total", "Prompt tokens found in the prefix cache.");
+    v.preemptions = counter("num_preemptions_total", "Sequences preempted (recomputed later).");
+    v.prompt_tokens = counter("prompt_tokens_total", "Prompt tokens of finished requests.");
+    v.generation_tokens = counter("generation_tokens_total", "Generated tokens of finished requests.");
+    v.success = &prometheus::BuildCounter()
+                     .Name(prefix + "request_success_total")
+                     .Help("Finished requests by reason.")
+                     .Register(*registry_);
+    v.ttft = histogram("time_to_first_token_seconds", "Arrival to first token.");
+    v.itl = histogram("inter_token_latency_seconds", "Time between streamed tokens.");
+    v.tpot = histogram("request_time_per_output_token_seconds", "Decode time per output token.");
+    v.e2e = histogram("e2e_request_latency_seconds", "Arrival to end, every finish reason.");
+    v.queue = histogram("request_queue_time_seconds", "Arrival to first scheduled.");
+    v.prefill = histogram("request_prefill_time_seconds", "First scheduled to first token.");
+    v.decode = histogram("request_decode_time_seconds", "First token to end.");
+    v.prompt_len = histogram("request_prompt_tokens", "Prompt length of finished requests.");
+    v.generation_len = histogram("request_generation_tokens", "Generated tokens of finished requests.");
+    v.params_n = histogram("request_params_n", "The n parameter of finished requests.");
+    return v;
+  }
+
+  MetricsOptions options_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  Histogram::BucketBoundaries length_buckets_;
+  std::vector<View> views_;
+  std::mutex mu_;
+};
+
+ServerMetrics::ServerMetrics(const MetricsOptions& options)
+    : impl_(std::make_unique<Impl>(options)) {}
+ServerMetrics::~ServerMetrics() = default;
+void ServerMetrics::ObserveRequest(const RequestRecord& r) { impl_->ObserveRequest(r); }
+void ServerMetrics::ObserveInterToken(double s, int64_t n) { impl_->ObserveInterToken(s, n); }
+void ServerMetrics::UpdateScheduler(const SchedulerStats& s) { impl_->UpdateScheduler(s); }
+std::string ServerMetrics::Render() const { return impl_->Render(); }
+
+}  // namespace loom

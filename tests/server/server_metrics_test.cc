@@ -1,0 +1,74 @@
+#include "server/metrics/server_metrics.h"
+
+#include "gtest/gtest.h"
+#include "scheduler/scheduler.h"
+
+namespace loom {
+namespace {
+
+bool Has(const std::string& text, const std::string& piece) {
+  return text.find(piece) != std::string::npos;
+}
+
+TEST(ServerMetricsTest, RequestHistogramsCarryTheFinishReason) {
+  ServerMetrics metrics(MetricsOptions{"tiny", false, 4096});
+  RequestRecord ok;
+  ok.finished_reason = "stop";
+  ok.queue_s = 0.01;
+  ok.ttft_s = 0.2;
+  ok.e2e_s = 1.2;
+  ok.prefill_s = 0.19;
+  ok.decode_s = 1.0;
+  ok.prompt_tokens = 12;
+  ok.generation_tokens = 11;
+  metrics.ObserveRequest(ok);
+  RequestRecord rejected;
+  rejected.finished_reason = "rejected";
+  rejected.e2e_s = 0.001;
+  metrics.ObserveRequest(rejected);
+  const std::string text = metrics.Render();
+  EXPECT_TRUE(Has(text, R"(loom:e2e_request_latency_seconds_count{finished_reason="stop",model_name="tiny"} 1)"))
+      << text;
+  EXPECT_TRUE(Has(text, R"(loom:e2e_request_latency_seconds_count{finished_reason="rejected",model_name="tiny"} 1)"));
+  EXPECT_TRUE(Has(text, R"(loom:time_to_first_token_seconds_bucket{finished_reason="stop",model_name="tiny",le="0.25"} 1)"));
+  // A rejected request had no first token.
+  EXPECT_FALSE(Has(text, R"(loom:time_to_first_token_seconds_count{finished_reason="rejected")"));
+  EXPECT_TRUE(Has(text, R"(loom:request_success_total{finished_reason="stop",model_name="tiny"} 1)"));
+  EXPECT_TRUE(Has(text, R"(loom:prompt_tokens_total{model_name="tiny"} 12)"));
+  EXPECT_TRUE(Has(text, R"(loom:request_time_per_output_token_seconds_sum{finished_reason="stop",model_name="tiny"} 0.1)"));
+  EXPECT_FALSE(Has(text, "vllm:"));
+}
+
+TEST(ServerMetricsTest, SchedulerSnapshotsDriveGaugesAndCounters) {
+  ServerMetrics metrics(MetricsOptions{"tiny", true, 4096});
+  SchedulerStats s;
+  s.num_running_requests = 3;
+  s.num_waiting_requests = 2;
+  s.num_blocks = 100;
+  s.num_free_blocks = 75;
+  s.prefix_cache_queried_tokens = 50;
+  s.prefix_cache_hit_tokens = 20;
+  s.num_preemptions = 1;
+  metrics.UpdateScheduler(s);
+  s.prefix_cache_queried_tokens = 80;
+  metrics.UpdateScheduler(s);
+  const std::string text = metrics.Render();
+  for (const std::string prefix : {"loom:", "vllm:"}) {
+    EXPECT_TRUE(Has(text, prefix + R"(num_requests_running{model_name="tiny"} 3)")) << text;
+    EXPECT_TRUE(Has(text, prefix + R"(kv_cache_usage_perc{model_name="tiny"} 0.25)"));
+    EXPECT_TRUE(Has(text, prefix + R"(prefix_cache_queries_total{model_name="tiny"} 80)"));
+    EXPECT_TRUE(Has(text, prefix + R"(prefix_cache_hits_total{model_name="tiny"} 20)"));
+    EXPECT_TRUE(Has(text, prefix + R"(num_preemptions_total{model_name="tiny"} 1)"));
+  }
+}
+
+TEST(ServerMetricsTest, InterTokenLatencySplitsABatchOverItsTokens) {
+  ServerMetrics metrics(MetricsOptions{"m", false, 1024});
+  metrics.ObserveInterToken(0.3, 3);
+  const std::string text = metrics.Render();
+  EXPECT_TRUE(Has(text, R"(loom:inter_token_latency_seconds_count{model_name="m"} 3)")) << text;
+  EXPECT_TRUE(Has(text, R"(loom:inter_token_latency_seconds_bucket{model_name="m",le="0.1"} 3)"));
+}
+
+}  // namespace
+}  // namespace loom
