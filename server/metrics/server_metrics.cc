@@ -38,7 +38,7 @@ Histogram::BucketBoundaries OneTwoFive(int64_t max) {
   }
 }
 
-// One view of every family under one name prefix ("loom:" or "vllm:").
+// One view of every family under one name prefix ("loom_" or "vllm:").
 struct View {
   prometheus::Gauge* running;
   prometheus::Gauge* waiting;
@@ -69,7 +69,7 @@ class ServerMetrics::Impl {
       : options_(options),
         registry_(std::make_shared<prometheus::Registry>()),
         length_buckets_(OneTwoFive(options.max_model_len)) {
-    views_.push_back(MakeView("loom:"));
+    views_.push_back(MakeView("loom_"));
     if (options.vllm_compat) views_.push_back(MakeView("vllm:"));
   }
 

@@ -1,9 +1,11 @@
 // The server's Prometheus metrics (prometheus-cpp registry, text format served at /metrics).
 //
-// Families are named `loom:<name>` with a `model_name` label. With vLLM compatibility on, every
-// family is registered a second time under vLLM's name (`vllm:<name>`) with vLLM's buckets, so
-// dashboards and routers built for vLLM read loom unchanged. loom's own histograms use the same
-// buckets, so the two views agree.
+// Families are named `loom_<name>` with a `model_name` label (underscores, not the `loom:` of
+// shared/ARCHITECTURE.md §7: colons are reserved for recording rules and `promtool check
+// metrics` rejects them in exposed names). With vLLM compatibility on, every family is
+// registered a second time under vLLM's name (`vllm:<name>`, colon included, because that is
+// what vLLM dashboards and routers query) with vLLM's buckets. loom's own histograms use the
+// same buckets, so the two views agree.
 //
 // Request histograms are observed once per request when it ends, whatever the reason — stop,
 // length, abort (client gone), deadline, rejected (admission, validation after parsing), error —

@@ -27,15 +27,15 @@ TEST(ServerMetricsTest, RequestHistogramsCarryTheFinishReason) {
   rejected.e2e_s = 0.001;
   metrics.ObserveRequest(rejected);
   const std::string text = metrics.Render();
-  EXPECT_TRUE(Has(text, R"(loom:e2e_request_latency_seconds_count{finished_reason="stop",model_name="tiny"} 1)"))
+  EXPECT_TRUE(Has(text, R"(loom_e2e_request_latency_seconds_count{finished_reason="stop",model_name="tiny"} 1)"))
       << text;
-  EXPECT_TRUE(Has(text, R"(loom:e2e_request_latency_seconds_count{finished_reason="rejected",model_name="tiny"} 1)"));
-  EXPECT_TRUE(Has(text, R"(loom:time_to_first_token_seconds_bucket{finished_reason="stop",model_name="tiny",le="0.25"} 1)"));
+  EXPECT_TRUE(Has(text, R"(loom_e2e_request_latency_seconds_count{finished_reason="rejected",model_name="tiny"} 1)"));
+  EXPECT_TRUE(Has(text, R"(loom_time_to_first_token_seconds_bucket{finished_reason="stop",model_name="tiny",le="0.25"} 1)"));
   // A rejected request had no first token.
-  EXPECT_FALSE(Has(text, R"(loom:time_to_first_token_seconds_count{finished_reason="rejected")"));
-  EXPECT_TRUE(Has(text, R"(loom:request_success_total{finished_reason="stop",model_name="tiny"} 1)"));
-  EXPECT_TRUE(Has(text, R"(loom:prompt_tokens_total{model_name="tiny"} 12)"));
-  EXPECT_TRUE(Has(text, R"(loom:request_time_per_output_token_seconds_sum{finished_reason="stop",model_name="tiny"} 0.1)"));
+  EXPECT_FALSE(Has(text, R"(loom_time_to_first_token_seconds_count{finished_reason="rejected")"));
+  EXPECT_TRUE(Has(text, R"(loom_request_success_total{finished_reason="stop",model_name="tiny"} 1)"));
+  EXPECT_TRUE(Has(text, R"(loom_prompt_tokens_total{model_name="tiny"} 12)"));
+  EXPECT_TRUE(Has(text, R"(loom_request_time_per_output_token_seconds_sum{finished_reason="stop",model_name="tiny"} 0.1)"));
   EXPECT_FALSE(Has(text, "vllm:"));
 }
 
@@ -53,7 +53,7 @@ TEST(ServerMetricsTest, SchedulerSnapshotsDriveGaugesAndCounters) {
   s.prefix_cache_queried_tokens = 80;
   metrics.UpdateScheduler(s);
   const std::string text = metrics.Render();
-  for (const std::string prefix : {"loom:", "vllm:"}) {
+  for (const std::string prefix : {"loom_", "vllm:"}) {
     EXPECT_TRUE(Has(text, prefix + R"(num_requests_running{model_name="tiny"} 3)")) << text;
     EXPECT_TRUE(Has(text, prefix + R"(kv_cache_usage_perc{model_name="tiny"} 0.25)"));
     EXPECT_TRUE(Has(text, prefix + R"(prefix_cache_queries_total{model_name="tiny"} 80)"));
@@ -66,8 +66,8 @@ TEST(ServerMetricsTest, InterTokenLatencySplitsABatchOverItsTokens) {
   ServerMetrics metrics(MetricsOptions{"m", false, 1024});
   metrics.ObserveInterToken(0.3, 3);
   const std::string text = metrics.Render();
-  EXPECT_TRUE(Has(text, R"(loom:inter_token_latency_seconds_count{model_name="m"} 3)")) << text;
-  EXPECT_TRUE(Has(text, R"(loom:inter_token_latency_seconds_bucket{model_name="m",le="0.1"} 3)"));
+  EXPECT_TRUE(Has(text, R"(loom_inter_token_latency_seconds_count{model_name="m"} 3)")) << text;
+  EXPECT_TRUE(Has(text, R"(loom_inter_token_latency_seconds_bucket{model_name="m",le="0.1"} 3)"));
 }
 
 }  // namespace
