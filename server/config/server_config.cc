@@ -1,0 +1,284 @@
+#include "server/config/server_config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <string_view>
+#include <variant>
+
+#include "engine/common/file.h"
+#include "engine/common/json.h"
+#include "engine/common/status.h"
+#include "engine/common/strings.h"
+
+namespace loom {
+namespace {
+
+struct IntRule {
+  int64_t min;
+  int64_t max;
+};
+using Choices = std::vector<std::string>;  // empty = any string
+
+// One configuration key: where it lives in ServerConfig and what it accepts.
+struct Key {
+  std::string_view name;  // JSON key; flag --name (or with dashes); env LOOM_NAME
+  std::string_view unit;  // "" for none
+  std::string_view help;
+  std::variant<int64_t ServerConfig::*, bool ServerConfig::*, std::string ServerConfig::*,
+               std::vector<std::string> ServerConfig::*>
+      field;
+  IntRule ints{0, 0};
+  Choices choices;
+};
+
+constexpr int64_t kMax = INT64_C(1) << 40;
+
+const std::vector<Key>& Keys() {
+  using C = ServerConfig;
+  static const auto* keys = new std::vector<Key>{
+      {"model", "path", "Hugging Face model folder; empty serves the bundled default model", &C::model},
+      {"served_model_name", "", "model id clients use; empty = the folder's name", &C::served_model_name},
+      {"host", "", "address to listen on", &C::host},
+      {"port", "", "HTTP port (0 = any free port)", &C::port, {0, 65535}},
+      {"http_threads", "threads", "HTTP I/O threads", &C::http_threads, {1, 256}},
+      {"max_body_bytes", "bytes", "largest request body (413 beyond)", &C::max_body_bytes, {1024, kMax}},
+      {"max_header_bytes", "bytes", "largest request header block (431 beyond)", &C::max_header_bytes, {1024, 1 << 24}},
+      {"max_requests_per_connection", "requests", "keep-alive requests before the server closes",
+       &C::max_requests_per_connection, {1, kMax}},
+      {"idle_timeout_s", "s", "idle keep-alive connections are closed after this", &C::idle_timeout_s, {1, 86400}},
+      {"api_keys", "", "accepted Bearer keys, comma-separated in env/flags; empty = no auth", &C::api_keys},
+      {"strict_api", "", "refuse unknown request fields with 400", &C::strict_api},
+      {"metrics_compat", "", "also expose metrics under another server's names", &C::metrics_compat,
+       {}, {"", "vllm"}},
+      {"allow_request_chat_template", "", "let requests carry their own chat template",
+       &C::allow_request_chat_template},
+      {"grpc_port", "", "gRPC port (0 = off)", &C::grpc_port, {0, 65535}},
+      {"backend", "", "compute backend", &C::backend, {}, {"cpu", "cuda"}},
+      {"threads", "threads", "CPU threads (0 = all available cores)", &C::threads, {0, 4096}},
+      {"kv_dtype", "", "KV cache element type", &C::kv_dtype, {}, {"bf16", "f16", "f32"}},
+      {"block_size", "tokens", "tokens per KV block", &C::block_size, {1, 1024}},
+      {"kv_cache_mb", "MiB", "KV cache size", &C::kv_cache_mb, {1, kMax}},
+      {"max_num_batched_tokens", "tokens", "most tokens computed in one step", &C::max_num_batched_tokens,
+       {1, 1 << 24}},
+      {"max_num_seqs", "sequences", "most sequences in one step", &C::max_num_seqs, {1, 1 << 20}},
+      {"max_prefill_chunk", "tokens", "most prompt tokens per sequence and step (0 = the budget)",
+       &C::max_prefill_chunk, {0, 1 << 24}},
+      {"enable_prefix_caching", "", "reuse K/V of shared prompt prefixes", &C::enable_prefix_caching},
+      {"max_waiting_requests", "requests", "queued requests before 503 (0 = unbounded)",
+       &C::max_waiting_requests, {0, kMax}},
+      {"max_waiting_prompt_tokens", "tokens", "queued prompt tokens before 503 (0 = unbounded)",
+       &C::max_waiting_prompt_tokens, {0, kMax}},
+      {"retry_after_s", "s", "Retry-After sent with 503", &C::retry_after_s, {0, 3600}},
+      {"drain_timeout_s", "s", "on SIGTERM, how long in-flight requests may take to finish",
+       &C::drain_timeout_s, {0, 86400}},
+  };
+  return *keys;
+}
+
+std::string Normalize(std::string_view flag) {
+  std::string s(flag);
+  std::replace(s.begin(), s.end(), '-', '_');
+  return s;
+}
+
+const Key* FindKey(std::string_view name) {
+  const std::string n = Normalize(name);
+  for (const Key& k : Keys()) {
+    if (k.name == n) return &k;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> SplitList(std::string_view text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string_view::npos) end = text.size();
+    std::string item(text.substr(start, end - start));
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    if (!item.empty()) out.push_back(item);
+    start = end + 1;
+  }
+  return out;
+}
+
+absl::Status Bad(const Key& k, std::string_view source, std::string_view why) {
+  return absl::InvalidArgumentError(StrCat(source, ": ", k.name, " ", why));
+}
+
+// Sets key `k` from text (environment variables and flags).
+absl::Status SetFromText(const Key& k, std::string_view text, std::string_view source,
+                         ServerConfig* c) {
+  if (auto* f = std::get_if<int64_t ServerConfig::*>(&k.field)) {
+    char* end = nullptr;
+    const std::string s(text);
+    const long long v = std::strtoll(s.c_str(), &end, 10);
+    if (s.empty() || *end != '\0') return Bad(k, source, StrCat("must be an integer, got '", text, "'"));
+    if (v < k.ints.min || v > k.ints.max) {
+      return Bad(k, source, StrCat("must be in [", k.ints.min, ", ", k.ints.max, "], got ", v));
+    }
+    c->*(*f) = v;
+  } else if (auto* b = std::get_if<bool ServerConfig::*>(&k.field)) {
+    if (text == "1" || text == "true") {
+      c->*(*b) = true;
+    } else if (text == "0" || text == "false") {
+      c->*(*b) = false;
+    } else {
+      return Bad(k, source, StrCat("must be true or false, got '", text, "'"));
+    }
+  } else if (auto* s = std::get_if<std::string ServerConfig::*>(&k.field)) {
+    if (!k.choices.empty() &&
+        std::find(k.choices.begin(), k.choices.end(), text) == k.choices.end()) {
+      return Bad(k, source, StrCat("'", text, "' is not one of the allowed values"));
+    }
+    c->*(*s) = std::string(text);
+  } else {
+    c->*std::get<std::vector<std::string> ServerConfig::*>(k.field) = SplitList(text);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SetFromJson(const Key& k, const Json& v, std::string_view source, ServerConfig* c) {
+  if (std::holds_alternative<int64_t ServerConfig::*>(k.field)) {
+    if (!v.IsInteger()) return Bad(k, source, "must be an integer");
+    return SetFromText(k, std::to_string(*v.AsInt()), source, c);
+  }
+  if (std::holds_alternative<bool ServerConfig::*>(k.field)) {
+    if (!v.IsBool()) return Bad(k, source, "must be true or false");
+    return SetFromText(k, *v.AsBool() ? "true" : "false", source, c);
+  }
+  if (std::holds_alternative<std::string ServerConfig::*>(k.field)) {
+    if (!v.IsString()) return Bad(k, source, "must be a string");
+    return SetFromText(k, *v.AsString(), source, c);
+  }
+  if (!v.IsArray()) return Bad(k, source, "must be an array of strings");
+  std::vector<std::string> items;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].IsString()) return Bad(k, source, "must be an array of strings");
+    items.push_back(*v[i].AsString());
+  }
+  c->*std::get<std::vector<std::string> ServerConfig::*>(k.field) = std::move(items);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyFile(const std::string& path, ServerConfig* c) {
+  LOOM_ASSIGN_OR_RETURN(std::string text, ReadFile(path, int64_t{1} << 20));
+  LOOM_ASSIGN_OR_RETURN(Json doc, Json::Parse(text, path));
+  if (!doc.IsObject()) return absl::InvalidArgumentError(StrCat(path, ": must hold a JSON object"));
+  for (const auto& [name, value] : doc.Items()) {
+    const Key* k = FindKey(name);
+    if (k == nullptr || k->name != name) {
+      return absl::InvalidArgumentError(StrCat(path, ": unknown key '", name, "'"));
+    }
+    LOOM_RETURN_IF_ERROR(SetFromJson(*k, value, path, c));
+  }
+  return absl::OkStatus();
+}
+
+std::string EnvName(std::string_view name) {
+  std::string env = "LOOM_";
+  for (char ch : name) env.push_back(static_cast<char>(std::toupper(static_cast<unsigned char>(ch))));
+  return env;
+}
+
+std::string DefaultText(const Key& k) {
+  const ServerConfig d;
+  if (auto* f = std::get_if<int64_t ServerConfig::*>(&k.field)) return std::to_string(d.*(*f));
+  if (auto* b = std::get_if<bool ServerConfig::*>(&k.field)) return d.*(*b) ? "true" : "false";
+  if (auto* s = std::get_if<std::string ServerConfig::*>(&k.field)) {
+    return d.*(*s) == "" ? "\"\"" : d.*(*s);
+  }
+  return "[]";
+}
+
+std::string RuleText(const Key& k) {
+  if (std::holds_alternative<int64_t ServerConfig::*>(k.field)) {
+    return StrCat("integer in [", k.ints.min, ", ", k.ints.max, "]");
+  }
+  if (std::holds_alternative<bool ServerConfig::*>(k.field)) return "true / false";
+  if (!k.choices.empty()) {
+    std::string out = "one of";
+    for (const std::string& c : k.choices) out += StrCat(" ", c.empty() ? "\"\"" : c);
+    return out;
+  }
+  if (std::holds_alternative<std::string ServerConfig::*>(k.field)) return "string";
+  return "list of strings";
+}
+
+}  // namespace
+
+absl::Status LoadServerConfig(const std::vector<std::string>& args, const EnvLookup& env,
+                              ServerConfig* config, bool* help_requested) {
+  *help_requested = false;
+  // Split the flags first, so --config applies before the environment and the other flags.
+  std::vector<std::pair<const Key*, std::string>> flags;
+  std::string config_file;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string_view arg = args[i];
+    if (arg == "--help" || arg == "-h") {
+      *help_requested = true;
+      return absl::OkStatus();
+    }
+    if (arg.substr(0, 2) != "--") return absl::InvalidArgumentError(StrCat("unexpected argument '", arg, "'"));
+    arg.remove_prefix(2);
+    std::string value;
+    bool has_value = false;
+    if (size_t eq = arg.find('='); eq != std::string_view::npos) {
+      value = std::string(arg.substr(eq + 1));
+      arg = arg.substr(0, eq);
+      has_value = true;
+    }
+    const Key* k = arg == "config" ? nullptr : FindKey(arg);
+    if (arg != "config" && k == nullptr) return absl::InvalidArgumentError(StrCat("unknown flag --", arg));
+    const bool is_bool = k != nullptr && std::holds_alternative<bool ServerConfig::*>(k->field);
+    if (!has_value && is_bool) {
+      value = "true";
+    } else if (!has_value) {
+      if (i + 1 >= args.size()) return absl::InvalidArgumentError(StrCat("--", arg, " needs a value"));
+      value = args[++i];
+    }
+    if (k == nullptr) {
+      config_file = value;
+    } else {
+      flags.emplace_back(k, value);
+    }
+  }
+  if (!config_file.empty()) LOOM_RETURN_IF_ERROR(ApplyFile(config_file, config));
+  for (const Key& k : Keys()) {
+    const std::string name = EnvName(k.name);
+    if (const char* v = env(name.c_str()); v != nullptr) {
+      LOOM_RETURN_IF_ERROR(SetFromText(k, v, name, config));
+    }
+  }
+  for (const auto& [k, value] : flags) {
+    LOOM_RETURN_IF_ERROR(SetFromText(*k, value, StrCat("--", k->name), config));
+  }
+  return absl::OkStatus();
+}
+
+std::string ServerConfigHelp() {
+  std::string out =
+      "usage: loomd [--config FILE] [--KEY VALUE ...]\n"
+      "Every key may also come from the file or from LOOM_<KEY>; flags win, then the\n"
+      "environment, then the file.\n\n";
+  for (const Key& k : Keys()) {
+    out += StrCat("  --", k.name, k.unit.empty() ? "" : StrCat(" (", k.unit, ")"), "\n      ",
+                  k.help, "; ", RuleText(k), "; default ", DefaultText(k), "\n");
+  }
+  return out;
+}
+
+std::string ServerConfigReference() {
+  std::string out =
+      "| key | environment | unit | default | rule | meaning |\n|---|---|---|---|---|---|\n";
+  for (const Key& k : Keys()) {
+    out += StrCat("| `", k.name, "` | `", EnvName(k.name), "` | ", k.unit.empty() ? "—" : k.unit,
+                  " | `", DefaultText(k), "` | ", RuleText(k), " | ", k.help, " |\n");
+  }
+  return out;
+}
+
+}  // namespace loom

@@ -1,0 +1,69 @@
+// loomd's configuration: one typed struct, read from (lowest to highest precedence) its
+// defaults, a JSON file (`--config configs/NAME.json`), `LOOM_<KEY>` environment variables, and
+// `--<key>` command-line flags (dashes or underscores).
+//
+// Every key is declared once, in server_config.cc's table, with its unit, default and validation
+// rule; the same table parses JSON, environment and flags and writes configs/README.md's
+// reference (a test keeps that file in step). Unknown keys in a file and unknown flags are
+// errors that name them; a bad value names the key, the source and the rule.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace loom {
+
+struct ServerConfig {
+  // Model.
+  std::string model;               // Hugging Face folder; empty = the bundled default model
+  std::string served_model_name;   // the API's model id; empty = the folder's name
+  // HTTP.
+  std::string host = "0.0.0.0";
+  int64_t port = 8000;
+  int64_t http_threads = 2;
+  int64_t max_body_bytes = int64_t{32} << 20;
+  int64_t max_header_bytes = int64_t{64} << 10;
+  int64_t max_requests_per_connection = 10000;
+  int64_t idle_timeout_s = 60;
+  std::vector<std::string> api_keys;  // empty = no authentication
+  bool strict_api = false;
+  std::string metrics_compat;  // "" or "vllm"
+  bool allow_request_chat_template = false;
+  // gRPC.
+  int64_t grpc_port = 0;  // 0 = off
+  // Engine.
+  std::string backend = "cpu";
+  int64_t threads = 0;  // 0 = all available cores
+  std::string kv_dtype = "bf16";
+  int64_t block_size = 16;
+  int64_t kv_cache_mb = 1024;
+  // Scheduler.
+  int64_t max_num_batched_tokens = 2048;
+  int64_t max_num_seqs = 64;
+  int64_t max_prefill_chunk = 0;
+  bool enable_prefix_caching = true;
+  int64_t max_waiting_requests = 1024;
+  int64_t max_waiting_prompt_tokens = 0;
+  int64_t retry_after_s = 1;
+  // Lifecycle.
+  int64_t drain_timeout_s = 30;
+};
+
+// Where values come from besides the flags (tests inject a fake environment).
+using EnvLookup = std::function<const char*(const char* name)>;
+
+// Applies, in order: `--config FILE` (if among args), the environment, the flags. `args` are the
+// command line without the program name. --help sets *help_requested and returns OK.
+absl::Status LoadServerConfig(const std::vector<std::string>& args, const EnvLookup& env,
+                              ServerConfig* config, bool* help_requested);
+
+// Command-line help: every flag with its unit, default and rule.
+std::string ServerConfigHelp();
+// The markdown reference of every key (configs/README.md's table).
+std::string ServerConfigReference();
+
+}  // namespace loom

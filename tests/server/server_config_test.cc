@@ -1,0 +1,118 @@
+#include "server/config/server_config.h"
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "gtest/gtest.h"
+
+namespace loom {
+namespace {
+
+struct FakeEnv {
+  std::map<std::string, std::string> vars;
+  EnvLookup lookup() const {
+    return [this](const char* name) -> const char* {
+      auto it = vars.find(name);
+      return it == vars.end() ? nullptr : it->second.c_str();
+    };
+  }
+};
+
+std::string WriteTemp(const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/loom_config_test.json";
+  std::ofstream(path) << text;
+  return path;
+}
+
+absl::Status Load(const std::vector<std::string>& args, const FakeEnv& env, ServerConfig* c) {
+  bool help = false;
+  return LoadServerConfig(args, env.lookup(), c, &help);
+}
+
+TEST(ServerConfigTest, DefaultsFileEnvironmentFlagsInThatOrder) {
+  const std::string file = WriteTemp(R"({"port": 9000, "max_num_seqs": 8, "api_keys": ["a", "b"],
+                                         "strict_api": true})");
+  FakeEnv env;
+  env.vars["LOOM_MAX_NUM_SEQS"] = "16";
+  env.vars["LOOM_KV_DTYPE"] = "f16";
+  ServerConfig c;
+  ASSERT_TRUE(Load({"--config", file, "--max-num-seqs", "32", "--enable_prefix_caching=false"}, env,
+                   &c).ok());
+  EXPECT_EQ(c.port, 9000);                // file
+  EXPECT_EQ(c.kv_dtype, "f16");           // environment
+  EXPECT_EQ(c.max_num_seqs, 32);          // flag beats environment beats file
+  EXPECT_FALSE(c.enable_prefix_caching);  // flag
+  EXPECT_TRUE(c.strict_api);
+  EXPECT_EQ(c.api_keys, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(c.block_size, 16);  // default
+}
+
+TEST(ServerConfigTest, ListsFromEnvironmentAndBooleanFlags) {
+  FakeEnv env;
+  env.vars["LOOM_API_KEYS"] = "k1, k2,,k3";
+  ServerConfig c;
+  ASSERT_TRUE(Load({"--strict-api"}, env, &c).ok());
+  EXPECT_EQ(c.api_keys, (std::vector<std::string>{"k1", "k2", "k3"}));
+  EXPECT_TRUE(c.strict_api);
+}
+
+TEST(ServerConfigTest, ErrorsNameTheKeyAndTheSource) {
+  FakeEnv env;
+  ServerConfig c;
+  auto message = [&](const std::vector<std::string>& args, const FakeEnv& e) {
+    absl::Status s = Load(args, e, &c);
+    EXPECT_FALSE(s.ok());
+    return std::string(s.message());
+  };
+  EXPECT_NE(message({"--port", "70000"}, env).find("--port: port must be in [0, 65535]"),
+            std::string::npos);
+  EXPECT_NE(message({"--frobnicate", "1"}, env).find("unknown flag --frobnicate"), std::string::npos);
+  EXPECT_NE(message({"--kv-dtype", "int3"}, env).find("not one of the allowed values"),
+            std::string::npos);
+  EXPECT_NE(message({"--port"}, env).find("needs a value"), std::string::npos);
+  FakeEnv bad;
+  bad.vars["LOOM_THREADS"] = "many";
+  EXPECT_NE(message({}, bad).find("LOOM_THREADS: threads must be an integer"), std::string::npos);
+  EXPECT_NE(message({"--config", WriteTemp(R"({"prot": 1})")}, env).find("unknown key 'prot'"),
+            std::string::npos);
+  EXPECT_NE(message({"--config", WriteTemp(R"({"port": "80"})")}, env).find("must be an integer"),
+            std::string::npos);
+  EXPECT_NE(message({"--config", WriteTemp("{")}, env).find("loom_config_test.json"),
+            std::string::npos);
+  EXPECT_FALSE(Load({"--config", "/nonexistent/loom.json"}, env, &c).ok());
+}
+
+TEST(ServerConfigTest, HelpIsAnswered) {
+  FakeEnv env;
+  ServerConfig c;
+  bool help = false;
+  ASSERT_TRUE(LoadServerConfig({"--help"}, env.lookup(), &c, &help).ok());
+  EXPECT_TRUE(help);
+  EXPECT_NE(ServerConfigHelp().find("--drain_timeout_s (s)"), std::string::npos);
+}
+
+// configs/README.md carries the generated reference verbatim, so the document cannot drift from
+// the code.
+TEST(ServerConfigTest, TheReadmeListsEveryKey) {
+  std::ifstream in(std::string(LOOM_SOURCE_DIR) + "/configs/README.md");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_NE(ss.str().find(ServerConfigReference()), std::string::npos)
+      << "configs/README.md is out of date; its table must be:\n"
+      << ServerConfigReference();
+}
+
+TEST(ServerConfigTest, TheShippedConfigsLoad) {
+  for (const char* name : {"default.json"}) {
+    FakeEnv env;
+    ServerConfig c;
+    const absl::Status s =
+        Load({"--config", std::string(LOOM_SOURCE_DIR) + "/configs/" + name}, env, &c);
+    EXPECT_TRUE(s.ok()) << name << ": " << s;
+  }
+}
+
+}  // namespace
+}  // namespace loom
