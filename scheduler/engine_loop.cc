@@ -105,6 +105,7 @@ bool EngineLoop::DrainInbox() {
       ++stats_.num_rejected;
       continue;
     }
+    s.stream->MarkAccepted();
     streams_.emplace(id, Entry{std::move(s.stream), n});
   }
   for (RequestId id : aborts) scheduler_.Abort(id);

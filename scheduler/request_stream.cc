@@ -36,6 +36,14 @@ void RequestStream::Fail(absl::Status error) {
   Notify();
 }
 
+void RequestStream::MarkAccepted() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    accepted_ = true;
+  }
+  Notify();
+}
+
 void RequestStream::Notify() {
   cv_.notify_all();
   std::function<void()> notify;
@@ -50,6 +58,8 @@ StreamBatch RequestStream::TakeLocked() {
   StreamBatch batch;
   batch.outputs = std::move(pending_);
   pending_.clear();
+  batch.accepted = accepted_;
+  accepted_reported_ = accepted_;
   batch.done = failed_ || num_finished_ >= num_choices_;
   batch.error = error_;
   if (batch.done) done_reported_ = true;
@@ -64,7 +74,8 @@ StreamBatch RequestStream::Drain() {
 StreamBatch RequestStream::Wait(absl::Duration timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [&] {
-    return !pending_.empty() || failed_ || (num_finished_ >= num_choices_ && !done_reported_);
+    return !pending_.empty() || failed_ || (accepted_ && !accepted_reported_) ||
+           (num_finished_ >= num_choices_ && !done_reported_);
   });
   return TakeLocked();
 }

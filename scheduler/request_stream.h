@@ -26,6 +26,9 @@ struct StreamBatch {
   // New tokens and finishes per choice since the last Drain, merged per choice, in order of
   // first appearance.
   std::vector<ChoiceOutput> outputs;
+  // The engine loop has admitted the request (it passed the scheduler's checks and admission
+  // bounds); a front end may now commit to a success status. Stays true once set.
+  bool accepted = false;
   // Every choice has finished (or the request failed): nothing more will come.
   bool done = false;
   // Set when the request failed as a whole (refused at admission, or the engine failed a step
@@ -43,6 +46,7 @@ class RequestStream {
   // Called from the engine loop (never blocks on the consumer).
   void Push(ChoiceOutput output);
   void Fail(absl::Status error);
+  void MarkAccepted();
 
   // Consumer side. Drain returns what has accumulated (possibly nothing). Wait blocks until
   // something is there, the stream is done, or `timeout` passes.
@@ -63,6 +67,8 @@ class RequestStream {
   std::vector<ChoiceOutput> pending_;
   int32_t num_finished_ = 0;
   bool failed_ = false;
+  bool accepted_ = false;
+  bool accepted_reported_ = false;
   bool done_reported_ = false;
   absl::Status error_;
   std::function<void()> notify_;

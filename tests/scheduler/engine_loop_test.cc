@@ -103,6 +103,25 @@ TEST(EngineLoopTest, ManyClientsOnManyThreadsGetTheirOwnTokens) {
   EXPECT_EQ(executor.num_sequences(), 0u);
 }
 
+TEST(EngineLoopTest, AnAdmittedRequestIsMarkedAcceptedBeforeItsTokens) {
+  FakeExecutor executor(Model(), Capacity(16));
+  executor.set_step_delay(std::chrono::milliseconds(30));
+  EngineLoop loop(executor, SchedulerConfig{}, NowMs);
+  std::shared_ptr<RequestStream> stream = loop.Submit(Request(1, 4, 3));
+  StreamBatch first = stream->Wait(absl::Seconds(10));
+  EXPECT_TRUE(first.accepted);
+  EXPECT_TRUE(first.error.ok());
+  size_t first_tokens = 0;
+  for (const ChoiceOutput& o : first.outputs) first_tokens += o.new_tokens.size();
+  Collected rest = ReadAll(*stream);
+  EXPECT_EQ(first_tokens + rest.tokens[0].size(), 3u);
+  std::shared_ptr<RequestStream> refused = loop.Submit(Request(2, 0, 3));
+  StreamBatch r = refused->Wait(absl::Seconds(10));
+  EXPECT_FALSE(r.accepted);
+  EXPECT_TRUE(r.done);
+  EXPECT_FALSE(r.error.ok());
+}
+
 TEST(EngineLoopTest, RefusedRequestsGetTheirReasonAndOthersGoOn) {
   FakeExecutor executor(Model(), Capacity(16));
   EngineLoop loop(executor, SchedulerConfig{}, NowMs);
@@ -122,7 +141,8 @@ TEST(EngineLoopTest, AbortEndsARequestAndFreesItsBlocks) {
   EngineLoop loop(executor, SchedulerConfig{}, NowMs);
   std::shared_ptr<RequestStream> stream = loop.Submit(Request(1, 8, 200));
   // Wait for the first tokens, then abort.
-  StreamBatch first = stream->Wait(absl::Seconds(10));
+  StreamBatch first;
+  while (first.outputs.empty() && !first.done) first = stream->Wait(absl::Seconds(10));
   ASSERT_FALSE(first.outputs.empty());
   loop.Abort(RequestId(1));
   Collected rest = ReadAll(*stream);
