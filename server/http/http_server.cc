@@ -429,9 +429,9 @@ class HttpServer::Impl {
  private:
   void Accept() {
     acceptor_.async_accept(asio::make_strand(io_), [this](beast::error_code ec, tcp::socket s) {
+      if (!acceptor_.is_open()) return;  // stopping
       if (ec) {
-        if (ec != asio::error::operation_aborted) LOOM_LOG(kWarning, "accept: ", ec.message());
-        if (!acceptor_.is_open()) return;
+        LOOM_LOG(kWarning, "accept: ", ec.message());
       } else {
         auto session = std::make_shared<Session>(std::move(s), options_, handler_);
         {
