@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything loom needs to build and test, idempotently:
 #   - Debian packages (compilers, CMake, Ninja, Abseil, nlohmann/json, GoogleTest, Benchmark,
-#     SIMDe for the ISA emulation tests, ...)
+#     SIMDe for the ISA emulation tests, utf8proc for Unicode, clang for the libFuzzer targets, ...)
 #   - Python test tools from PyPI into a virtual environment (default: build/venv).
 #
 # Usage: deploy/install-deps.sh [--venv DIR] [--golden] [--no-apt]
@@ -27,7 +27,8 @@ apt_packages=(
   build-essential cmake ninja-build ccache pkg-config git
   libabsl-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev libsimde-dev
-  libboost-dev prometheus-cpp-dev
+  libboost-dev prometheus-cpp-dev libutf8proc-dev clang libclang-rt-14-dev
+  prometheus
   python3 python3-venv python3-pip
 )
 
@@ -45,10 +46,12 @@ if [[ $apt -eq 1 ]]; then
   fi
 fi
 
-# Python test tools: external references the tests compare against.
-python_packages=(numpy safetensors)
+# Python test tools: external references the tests compare against, as "pip-name:import-name".
+python_packages=(numpy:numpy safetensors:safetensors tokenizers:tokenizers jinja2:jinja2
+  openai:openai grpcio:grpc grpcio-tools:grpc_tools grpcio-health-checking:grpc_health
+  grpcio-reflection:grpc_reflection)
 if [[ $golden -eq 1 ]]; then
-  python_packages+=(torch transformers)
+  python_packages+=(torch:torch transformers:transformers)
 fi
 if [[ ! -x "$venv/bin/python" ]]; then
   echo "install-deps: creating $venv"
@@ -56,8 +59,9 @@ if [[ ! -x "$venv/bin/python" ]]; then
 fi
 if ! "$venv/bin/python" -c "import importlib, sys
 for name in sys.argv[1:]:
-    importlib.import_module(name)" "${python_packages[@]}" 2>/dev/null; then
-  echo "install-deps: installing Python packages: ${python_packages[*]}"
-  "$venv/bin/pip" install -q --disable-pip-version-check "${python_packages[@]}"
+    importlib.import_module(name.split(':')[1])" "${python_packages[@]}" 2>/dev/null; then
+  pip_names=("${python_packages[@]%%:*}")
+  echo "install-deps: installing Python packages: ${pip_names[*]}"
+  "$venv/bin/pip" install -q --disable-pip-version-check "${pip_names[@]}"
 fi
 echo "install-deps: done (venv: $venv)"

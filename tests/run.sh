@@ -3,7 +3,9 @@
 #
 #   tests/run.sh            CPU release build + all tests; with nvcc present, also the CUDA
 #                           preset (compile and link; `gpu` tests skip without a device)
+#                           and the text layer's libFuzzer targets (clang) for a bounded time each
 #   LOOM_TEST_SANITIZE=1    additionally build the ASan/UBSan preset and run its tests
+#   LOOM_FUZZ_SECONDS=N     seconds per fuzz target (default 60; 0 skips fuzzing)
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -27,6 +29,15 @@ run_preset() {
 }
 
 run_preset cpu-release
+fuzz_seconds="${LOOM_FUZZ_SECONDS:-60}"
+if [[ "$fuzz_seconds" != "0" ]]; then
+  echo "=== fuzz: configure"
+  cmake --preset fuzz -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DLOOM_FUZZ_SECONDS="$fuzz_seconds"
+  echo "=== fuzz: build"
+  cmake --build --preset fuzz -j "$jobs"
+  echo "=== fuzz: run (${fuzz_seconds}s per target)"
+  ctest --preset fuzz -j "$jobs"
+fi
 if [[ "${LOOM_TEST_SANITIZE:-0}" == "1" ]]; then
   run_preset cpu-debug
 fi

@@ -15,7 +15,7 @@ int64_t KvPoolShape::BytesPerBlock() const {
 }
 
 absl::StatusOr<std::unique_ptr<KvPool>> KvPool::Create(const KvPoolShape& shape,
-                                                       int32_t num_blocks) {
+                                                       int32_t num_blocks, bool populate) {
   if (shape.num_layers <= 0 || shape.num_kv_heads <= 0 || shape.head_dim <= 0 ||
       shape.block_size <= 0 || num_blocks <= 0) {
     return absl::InvalidArgumentError(StrCat(
@@ -29,8 +29,10 @@ absl::StatusOr<std::unique_ptr<KvPool>> KvPool::Create(const KvPoolShape& shape,
   }
   const int64_t total = shape.BytesPerBlock() * num_blocks;
   // Anonymous mappings are zero-filled and page-aligned; large pools get transparent huge pages.
-  void* memory = mmap(nullptr, static_cast<size_t>(total), PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  // With `populate` every page is faulted in now: the memory is committed at start-up (a server
+  // fails there, not mid-request, when it cannot have it) and resident memory stays flat after.
+  const int flags = MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : MAP_NORESERVE);
+  void* memory = mmap(nullptr, static_cast<size_t>(total), PROT_READ | PROT_WRITE, flags, -1, 0);
   if (memory == MAP_FAILED) {
     return absl::ResourceExhaustedError(
         StrCat("KV pool: cannot allocate ", total, " bytes for ", num_blocks, " blocks: ",

@@ -31,8 +31,10 @@ struct KvPoolShape {
 class KvPool {
  public:
   // Allocates `num_blocks` blocks (zero-filled). Fails cleanly when the memory is not there.
+  // With `populate`, every page is faulted in now (see kv_pool.cc).
   static absl::StatusOr<std::unique_ptr<KvPool>> Create(const KvPoolShape& shape,
-                                                        int32_t num_blocks);
+                                                        int32_t num_blocks,
+                                                        bool populate = false);
   ~KvPool();
   KvPool(const KvPool&) = delete;
   KvPool& operator=(const KvPool&) = delete;

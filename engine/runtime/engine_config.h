@@ -34,6 +34,9 @@ struct EngineConfig {
   bool fast_bf16_matmul = false;
   // Fault the weights into memory at load, so the first step is not slowed by page faults.
   bool populate_weights = true;
+  // Fault the whole KV cache into memory at load (a server's steady resident size from the
+  // start); off, pages are touched as blocks are first used.
+  bool populate_kv_cache = false;
 };
 
 }  // namespace loom

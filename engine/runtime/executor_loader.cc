@@ -134,7 +134,8 @@ absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(const Engin
                                              " bytes holds no block of ", shape.BytesPerBlock(),
                                              " bytes"));
   }
-  LOOM_ASSIGN_OR_RETURN(ex->kv_, KvPool::Create(shape, static_cast<int32_t>(num_blocks)));
+  LOOM_ASSIGN_OR_RETURN(ex->kv_, KvPool::Create(shape, static_cast<int32_t>(num_blocks),
+                                                config.populate_kv_cache));
 
   ex->capacity_.num_blocks = static_cast<int32_t>(num_blocks);
   ex->capacity_.block_size = config.block_size;

@@ -1,6 +1,7 @@
 #include "server/api/api_status.h"
 
 #include "absl/strings/cord.h"
+#include "server/http/http_server.h"
 
 namespace loom::api {
 namespace {
@@ -55,5 +56,12 @@ std::string_view OpenAiErrorType(absl::StatusCode code) {
 }
 
 int GrpcCodeFor(absl::StatusCode code) { return static_cast<int>(code); }
+
+http::Response ErrorResponseFor(const absl::Status& status, int64_t retry_after_s) {
+  http::Response r = http::ErrorResponse(HttpStatusFor(status.code()), std::string(status.message()),
+                                         OpenAiErrorType(status.code()), ParamOf(status));
+  if (r.status == 503) r.headers.emplace_back("Retry-After", std::to_string(retry_after_s));
+  return r;
+}
 
 }  // namespace loom::api

@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "server/http/http_types.h"
 
 namespace loom::api {
 
@@ -28,5 +29,8 @@ int HttpStatusFor(absl::StatusCode code);
 std::string_view OpenAiErrorType(absl::StatusCode code);
 // grpc::StatusCode values are the absl ones; kept as a function so the mapping lives here.
 int GrpcCodeFor(absl::StatusCode code);
+
+// The HTTP response for an error: its status, the OpenAI envelope, and Retry-After on a 503.
+http::Response ErrorResponseFor(const absl::Status& status, int64_t retry_after_s = 1);
 
 }  // namespace loom::api

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/common/json_writer.h"
 #include "engine/common/status.h"
 #include "engine/common/strings.h"
 #include "engine/runtime/local_executor.h"
@@ -10,6 +11,7 @@
 #include "scheduler/offline_batch.h"
 #include "server/cli/commands.h"
 #include "server/cli/flags.h"
+#include "server/cli/text_prompts.h"
 
 namespace loom::cli {
 namespace {
@@ -21,6 +23,7 @@ struct GenerateFlags {
   std::string model;
   std::vector<std::string> prompt_ids;
   std::vector<std::string> prompts;
+  std::vector<std::string> chats;
   std::string backend = "cpu";
   std::string kv_dtype = "bf16";
   int32_t max_tokens = 32, threads = 0, block_size = 16;
@@ -34,7 +37,10 @@ struct GenerateFlags {
 void Declare(FlagSet& f, GenerateFlags& g) {
   f.String("model", &g.model, "Hugging Face model folder (config.json, *.safetensors)");
   f.Strings("prompt-ids", &g.prompt_ids, "prompt as comma-separated token ids (repeatable)");
-  f.Strings("prompt", &g.prompts, "prompt text (needs the tokenizer; repeatable)");
+  f.Strings("prompt", &g.prompts, "prompt text, through the model's tokenizer (repeatable)");
+  f.Strings("chat", &g.chats,
+            "a conversation as a JSON array of {\"role\",\"content\"} messages, through the "
+            "model's chat template (repeatable)");
   f.Int32("max-tokens", &g.max_tokens, "tokens to generate per prompt");
   f.Int32("batch", &g.batch, "run each prompt this many times, as separate sequences");
   f.Double("temperature", &g.temperature, "0 = greedy");
@@ -83,30 +89,48 @@ absl::StatusOr<EngineConfig> MakeEngineConfig(const GenerateFlags& g) {
   return config;
 }
 
-absl::StatusOr<std::vector<OfflineRequest>> MakeRequests(const GenerateFlags& g,
-                                                         const ModelInfo& info) {
-  if (!g.prompts.empty()) {
-    return absl::UnimplementedError(
-        "--prompt needs the tokenizer, which this build does not have yet; pass --prompt-ids");
+// Every prompt as token ids: --prompt-ids as given, --prompt and --chat through the text layer.
+absl::StatusOr<std::vector<std::vector<int32_t>>> PromptIds(const GenerateFlags& g,
+                                                            const TextSupport& text) {
+  std::vector<std::vector<int32_t>> prompts;
+  for (const std::string& list : g.prompt_ids) {
+    std::vector<int32_t> ids;
+    absl::Status status = ParseIntList(list, &ids);
+    if (!status.ok()) return absl::InvalidArgumentError(StrCat("--prompt-ids: ", status.message()));
+    prompts.push_back(std::move(ids));
   }
-  if (g.prompt_ids.empty()) return absl::InvalidArgumentError("give at least one --prompt-ids");
+  for (const std::string& prompt : g.prompts) {
+    LOOM_ASSIGN_OR_RETURN(std::vector<int32_t> ids, EncodePrompt(text, prompt));
+    prompts.push_back(std::move(ids));
+  }
+  for (const std::string& chat : g.chats) {
+    LOOM_ASSIGN_OR_RETURN(std::vector<int32_t> ids, EncodeChat(text, chat));
+    prompts.push_back(std::move(ids));
+  }
+  if (prompts.empty()) {
+    return absl::InvalidArgumentError("give at least one --prompt, --chat or --prompt-ids");
+  }
+  return prompts;
+}
+
+absl::StatusOr<std::vector<OfflineRequest>> MakeRequests(const GenerateFlags& g,
+                                                         const ModelInfo& info,
+                                                         const TextSupport& text) {
+  LOOM_ASSIGN_OR_RETURN(std::vector<std::vector<int32_t>> prompts, PromptIds(g, text));
   if (g.max_tokens < 1 || g.batch < 1) {
     return absl::InvalidArgumentError("--max-tokens and --batch must be positive");
   }
-  if (static_cast<int64_t>(g.batch) * static_cast<int64_t>(g.prompt_ids.size()) > kMaxSequences) {
+  if (static_cast<int64_t>(g.batch) * static_cast<int64_t>(prompts.size()) > kMaxSequences) {
     return absl::InvalidArgumentError(
         StrCat("--batch: at most ", kMaxSequences, " sequences in all"));
   }
   std::vector<OfflineRequest> requests;
-  for (const std::string& text : g.prompt_ids) {
-    std::vector<int32_t> ids;
-    absl::Status status = ParseIntList(text, &ids);
-    if (!status.ok()) return absl::InvalidArgumentError(StrCat("--prompt-ids: ", status.message()));
+  for (const std::vector<int32_t>& ids : prompts) {
     OfflineRequest r;
     for (int32_t id : ids) {
       if (id < 0 || id >= info.vocab_size) {
         return absl::InvalidArgumentError(
-            StrCat("--prompt-ids: token ", id, " is outside the vocabulary [0, ", info.vocab_size, ")"));
+            StrCat("prompt token ", id, " is outside the vocabulary [0, ", info.vocab_size, ")"));
       }
       r.prompt.push_back(TokenId(id));
     }
@@ -137,9 +161,17 @@ absl::StatusOr<std::vector<OfflineRequest>> MakeRequests(const GenerateFlags& g,
 
 double PerSecond(int64_t count, double ms) { return ms > 0 ? count * 1000.0 / ms : 0.0; }
 
+// The generated text of a result, special tokens skipped ("" without a tokenizer).
+std::string OutputText(const TextSupport& text, const OfflineResult& result) {
+  if (text.tokenizer == nullptr) return "";
+  std::vector<int32_t> ids;
+  for (TokenId t : result.output_tokens) ids.push_back(t.value());
+  return text.tokenizer->Decode(ids, /*skip_special_tokens=*/true);
+}
+
 void Print(const GenerateFlags& g, const std::vector<OfflineRequest>& requests,
            const std::vector<OfflineResult>& results, const OfflineStats& stats,
-           const LocalExecutor& executor) {
+           const LocalExecutor& executor, const TextSupport& text) {
   const double prefill_tps = PerSecond(stats.prefill_tokens, stats.prefill_ms);
   const double decode_tps = PerSecond(stats.decode_tokens, stats.decode_ms);
   if (g.json) {
@@ -152,7 +184,9 @@ void Print(const GenerateFlags& g, const std::vector<OfflineRequest>& requests,
       for (size_t t = 0; t < results[i].output_tokens.size(); ++t) {
         out += StrCat(t ? "," : "", results[i].output_tokens[t].value());
       }
-      out += "]}";
+      out += "]";
+      if (text.tokenizer != nullptr) out += StrCat(",\"text\":", JsonQuote(OutputText(text, results[i])));
+      out += "}";
     }
     out += StrCat("],\"timing\":{\"prefill_tokens\":", stats.prefill_tokens, ",\"prefill_ms\":",
                   stats.prefill_ms, ",\"prefill_tokens_per_s\":", prefill_tps,
@@ -169,6 +203,9 @@ void Print(const GenerateFlags& g, const std::vector<OfflineRequest>& requests,
                               "):");
     for (TokenId t : results[i].output_tokens) line += StrCat(" ", t.value());
     std::printf("%s\n", line.c_str());
+    if (text.tokenizer != nullptr) {
+      std::printf("    text: %s\n", JsonQuote(OutputText(text, results[i])).c_str());
+    }
   }
   std::printf("prefill: %lld tokens in %.1f ms = %.1f tokens/s\n",
               static_cast<long long>(stats.prefill_tokens), stats.prefill_ms, prefill_tps);
@@ -181,7 +218,8 @@ void Print(const GenerateFlags& g, const std::vector<OfflineRequest>& requests,
 
 int GenerateCommand(const std::vector<std::string>& args) {
   GenerateFlags g;
-  FlagSet flags("usage: loom generate --model DIR --prompt-ids 1,2,3 [flags]");
+  FlagSet flags(
+      "usage: loom generate --model DIR (--prompt TEXT | --chat JSON | --prompt-ids 1,2,3) [flags]");
   Declare(flags, g);
   absl::Status status = flags.Parse(args);
   if (flags.help_requested()) {
@@ -197,7 +235,9 @@ int GenerateCommand(const std::vector<std::string>& args) {
   if (!config.ok()) return fail(config.status());
   absl::StatusOr<std::unique_ptr<LocalExecutor>> executor = LocalExecutor::Create(*config);
   if (!executor.ok()) return fail(executor.status());
-  absl::StatusOr<std::vector<OfflineRequest>> requests = MakeRequests(g, (*executor)->model_info());
+  const TextSupport text = LoadTextSupport((*config).model_dir);
+  absl::StatusOr<std::vector<OfflineRequest>> requests =
+      MakeRequests(g, (*executor)->model_info(), text);
   if (!requests.ok()) return fail(requests.status());
   OfflineStats stats;
   OfflineOptions options;
@@ -205,7 +245,7 @@ int GenerateCommand(const std::vector<std::string>& args) {
   absl::StatusOr<std::vector<OfflineResult>> results =
       RunOffline(**executor, *requests, options, &stats);
   if (!results.ok()) return fail(results.status());
-  Print(g, *requests, *results, stats, **executor);
+  Print(g, *requests, *results, stats, **executor, text);
   return 0;
 }
 

@@ -34,7 +34,9 @@ struct ServerConfig {
   std::string metrics_compat;  // "" or "vllm"
   bool allow_request_chat_template = false;
   // gRPC.
-  int64_t grpc_port = 0;  // 0 = off
+  int64_t grpc_port = -1;  // -1 = off, 0 = any free port
+  std::string grpc_tls_cert_file;  // PEM; with the key, gRPC uses TLS
+  std::string grpc_tls_key_file;
   // Engine.
   std::string backend = "cpu";
   int64_t threads = 0;  // 0 = all available cores

@@ -429,7 +429,7 @@ class HttpServer::Impl {
  private:
   void Accept() {
     acceptor_.async_accept(asio::make_strand(io_), [this](beast::error_code ec, tcp::socket s) {
-      if (!acceptor_.is_open()) return;  // stopping
+      if (!acceptor_.is_open() || ec == asio::error::operation_aborted) return;  // stopping
       if (ec) {
         LOOM_LOG(kWarning, "accept: ", ec.message());
       } else {

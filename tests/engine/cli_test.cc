@@ -141,16 +141,39 @@ TEST(CliTest, BadPromptIds) {
   ExpectUsageError(Generate({"--prompt-ids", "1,,2"}),
                    "loom generate: --prompt-ids: '' is not an integer");
   ExpectUsageError(Generate({"--prompt-ids", "1,512"}),
-                   "loom generate: --prompt-ids: token 512 is outside the vocabulary [0, 512)");
+                   "loom generate: prompt token 512 is outside the vocabulary [0, 512)");
   ExpectUsageError(Generate({"--prompt-ids", "-1"}),
-                   "loom generate: --prompt-ids: token -1 is outside the vocabulary");
+                   "loom generate: prompt token -1 is outside the vocabulary");
   ExpectUsageError(Generate({"--prompt-ids", "99999999999"}),
                    "loom generate: --prompt-ids: 99999999999 is out of range");
-  ExpectUsageError(Generate({}), "loom generate: give at least one --prompt-ids");
+  ExpectUsageError(Generate({}), "loom generate: give at least one --prompt, --chat or --prompt-ids");
 }
 
+// A model folder with the weights but no tokenizer.json: text prompts are refused clearly.
 TEST(CliTest, PromptTextNeedsATokenizer) {
-  ExpectUsageError(Generate({"--prompt", "Hello"}), "--prompt needs the tokenizer");
+  TempFolder folder;
+  for (const char* name : {"config.json", "generation_config.json", "model.safetensors"}) {
+    std::filesystem::copy_file(kModel + "/" + name, folder.File(name));
+  }
+  ExpectUsageError(Loom({"generate", "--model", folder.path(), "--prompt", "Hello"}),
+                   "--prompt: the model folder has no tokenizer.json; pass --prompt-ids");
+  ExpectUsageError(Loom({"generate", "--model", folder.path(), "--chat", R"([{"role":"user","content":"x"}])"}),
+                   "--chat: the model folder has no tokenizer.json or no chat template");
+}
+
+// --prompt goes through the folder's tokenizer and --chat through its chat template; the output
+// is the same as feeding the ids the tokenizer gives.
+TEST(CliTest, TextPromptsAndChats) {
+  CliRun text = Generate({"--prompt", "Hello world", "--max-tokens", "4", "--json"});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  const nlohmann::json out = nlohmann::json::parse(text.out);
+  EXPECT_EQ(out["results"][0]["tokens"].size(), 4u);
+  EXPECT_TRUE(out["results"][0]["text"].is_string());
+  CliRun chat = Generate({"--chat", R"([{"role":"user","content":"Hi"}])", "--max-tokens", "3"});
+  ASSERT_EQ(chat.exit_code, 0) << chat.err;
+  LOOM_EXPECT_CONTAINS(chat.out, "text: ");
+  ExpectUsageError(Generate({"--chat", "[{not json"}), "--chat: ");
+  ExpectUsageError(Generate({"--chat", R"({"role":"user"})"}), "--chat: ");
 }
 
 TEST(CliTest, PromptLongerThanTheContext) {

@@ -1,0 +1,170 @@
+#include "server/api/completions.h"
+
+#include <utility>
+
+#include "engine/common/status.h"
+#include "engine/common/strings.h"
+#include "server/api/api_status.h"
+#include "server/api/completion_job.h"
+#include "server/http/http_server.h"
+#include "server/text/jinja/value.h"
+
+namespace loom::api {
+namespace {
+
+void SendStatus(http::Responder& r, const absl::Status& s) { r.Send(ErrorResponseFor(s)); }
+
+absl::StatusOr<std::vector<CompletionJob::PromptInfo>> BuildPrompts(
+    const ServingContext& context, const CompletionParams& p) {
+  std::vector<CompletionJob::PromptInfo> prompts;
+  if (p.kind == EndpointKind::kChat) {
+    LOOM_ASSIGN_OR_RETURN(std::vector<int32_t> ids, RenderChatPrompt(context, p));
+    prompts.push_back({std::move(ids), ""});
+    return prompts;
+  }
+  for (const PromptInput& in : p.prompts) {
+    CompletionJob::PromptInfo info;
+    if (in.is_ids) {
+      info.ids = in.ids;
+      if (p.echo && context.tokenizer != nullptr) info.echo_text = context.tokenizer->Decode(in.ids, false);
+    } else {
+      if (context.tokenizer == nullptr) {
+        return ParamError("prompt", "this model has no tokenizer.json; send the prompt as token ids");
+      }
+      info.ids = context.tokenizer->Encode(in.text, /*add_special_tokens=*/true);
+      info.echo_text = in.text;
+    }
+    if (info.ids.empty()) return ParamError("prompt", "the prompt is empty");
+    prompts.push_back(std::move(info));
+  }
+  return prompts;
+}
+
+absl::StatusOr<GenerationRequest> BuildRequest(const ServingContext& context,
+                                               const CompletionParams& p, size_t prompt_len) {
+  const int64_t context_len = context.model.max_context_len;
+  const char* what = p.kind == EndpointKind::kChat ? "messages" : "prompt";
+  int64_t max_tokens = p.max_tokens;
+  if (max_tokens < 0) max_tokens = p.kind == EndpointKind::kChat ? context_len - prompt_len : 16;
+  if (static_cast<int64_t>(prompt_len) + std::max<int64_t>(max_tokens, 1) > context_len) {
+    return ParamError(what, StrCat("This model's maximum context length is ", context_len,
+                                   " tokens. However, you requested ", prompt_len + max_tokens,
+                                   " tokens (", prompt_len, " in the ", what, ", ", max_tokens,
+                                   " in the completion). Please reduce the length."));
+  }
+  GenerationRequest r;
+  r.max_tokens = static_cast<int32_t>(std::max<int64_t>(max_tokens, 1));
+  r.n = p.n;
+  SamplingParams& s = r.sampling;
+  s.temperature = static_cast<float>(p.temperature);
+  s.top_p = static_cast<float>(p.top_p);
+  s.top_k = p.top_k;
+  s.min_p = static_cast<float>(p.min_p);
+  s.repetition_penalty = static_cast<float>(p.repetition_penalty);
+  s.frequency_penalty = static_cast<float>(p.frequency_penalty);
+  s.presence_penalty = static_cast<float>(p.presence_penalty);
+  for (const auto& [id, bias] : p.logit_bias) s.logit_bias.emplace_back(TokenId(id), bias);
+  s.min_tokens = p.min_tokens;
+  s.logprobs = p.logprobs;
+  if (p.seed.has_value()) {
+    s.seed = static_cast<uint64_t>(*p.seed);
+    r.has_seed = true;
+  }
+  LOOM_RETURN_IF_ERROR(ValidateSamplingParams(s, context.model.vocab_size));
+  r.stop = p.stop;
+  r.stop_token_ids = p.stop_token_ids;
+  r.ignore_eos = p.ignore_eos;
+  r.skip_special_tokens = p.skip_special_tokens;
+  r.include_stop_str_in_output = p.include_stop_str_in_output;
+  r.priority = p.priority;
+  r.cache_salt = p.cache_salt;
+  return r;
+}
+
+// Content given as a list of text parts becomes one string (the parts joined by newlines), the
+// form chat templates expect; validation already refused any other kind of part.
+text::jinja::Value FlattenTextParts(const text::jinja::Value& messages) {
+  using text::jinja::Value;
+  text::jinja::ValueList out;
+  for (const Value& m : messages.AsList()) {
+    const Value* content = m.IsDict() ? m.AsDict().Find("content") : nullptr;
+    if (content == nullptr || !content->IsList()) {
+      out.push_back(m);
+      continue;
+    }
+    std::string joined;
+    for (const Value& part : content->AsList()) {
+      const Value* t = part.IsDict() ? part.AsDict().Find("text") : nullptr;
+      if (t == nullptr || !t->IsString()) continue;
+      if (!joined.empty()) joined += "\n";
+      joined += t->AsString();
+    }
+    auto dict = std::make_shared<text::jinja::Dict>(m.AsDict());
+    dict->Set(Value::String("content"), Value::String(std::move(joined)));
+    out.push_back(Value::FromDict(std::move(dict)));
+  }
+  return Value::List(std::move(out));
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<int32_t>> RenderChatPrompt(const ServingContext& context,
+                                                      const CompletionParams& p) {
+  if (!context.chat_template.has_value() || context.tokenizer == nullptr) {
+    return ParamError("messages", "this model has no chat template; use /v1/completions");
+  }
+  // Re-read the body keeping key order (tool-call arguments are printed in the client's order).
+  LOOM_ASSIGN_OR_RETURN(text::jinja::Value body, text::jinja::ParseJson(p.messages_json));
+  const text::jinja::Value* messages = body.IsDict() ? body.AsDict().Find("messages") : nullptr;
+  if (messages == nullptr || !messages->IsList()) {
+    return ParamError("messages", "'messages' must be an array");
+  }
+  text::ChatRenderRequest request;
+  request.messages = FlattenTextParts(*messages);
+  request.add_generation_prompt = p.add_generation_prompt;
+  request.continue_final_message = p.continue_final_message;
+  request.kwargs_json = p.chat_template_kwargs_json;
+  request.options.now_unix_seconds = context.now_ms() / 1000;
+  absl::StatusOr<std::string> prompt = context.chat_template->Render(request);
+  if (!prompt.ok()) {
+    return ParamError("messages", StrCat("the chat template failed: ", prompt.status().message()));
+  }
+  std::vector<int32_t> ids = context.tokenizer->Encode(*prompt, /*add_special_tokens=*/false);
+  if (ids.empty()) return ParamError("messages", "the conversation renders to an empty prompt");
+  return ids;
+}
+
+void HandleCompletion(ServingContext& context, WorkQueue& work, EndpointKind kind,
+                      const http::Request& request, std::shared_ptr<http::Responder> responder) {
+  const int64_t arrival = context.now_ms();
+  if (context.draining.load()) {
+    http::Response r = http::ErrorResponse(503, "the server is shutting down", "unavailable_error");
+    r.headers.emplace_back("Retry-After", std::to_string(context.config.retry_after_s));
+    responder->Send(std::move(r));
+    return;
+  }
+  ParseLimits limits;
+  limits.vocab_size = context.model.vocab_size;
+  absl::StatusOr<CompletionParams> params =
+      ParseCompletionRequest(request.body, kind, limits, context.config.strict_api);
+  if (!params.ok()) return SendStatus(*responder, params.status());
+  if (!params->model.empty() && params->model != context.model_id) {
+    return SendStatus(*responder,
+                      absl::NotFoundError(StrCat("The model `", params->model,
+                                                 "` does not exist; this server serves `",
+                                                 context.model_id, "`")));
+  }
+  absl::StatusOr<std::vector<CompletionJob::PromptInfo>> prompts = BuildPrompts(context, *params);
+  if (!prompts.ok()) return SendStatus(*responder, prompts.status());
+  std::vector<GenerationRequest> requests;
+  for (const CompletionJob::PromptInfo& prompt : *prompts) {
+    absl::StatusOr<GenerationRequest> r = BuildRequest(context, *params, prompt.ids.size());
+    if (!r.ok()) return SendStatus(*responder, r.status());
+    r->prompt_ids = prompt.ids;
+    requests.push_back(std::move(*r));
+  }
+  CompletionJob::Start(context, work, std::move(*params), std::move(*prompts), std::move(requests),
+                       std::move(responder), arrival);
+}
+
+}  // namespace loom::api

@@ -1,0 +1,46 @@
+#include "server/cli/text_prompts.h"
+
+#include <ctime>
+
+#include "engine/common/strings.h"
+
+namespace loom::cli {
+
+TextSupport LoadTextSupport(const std::string& model_dir) {
+  TextSupport t;
+  absl::StatusOr<std::unique_ptr<text::Tokenizer>> tok = text::Tokenizer::LoadFromDir(model_dir);
+  if (tok.ok()) t.tokenizer = std::move(*tok);
+  absl::StatusOr<text::ChatTemplate> chat = text::ChatTemplate::LoadFromDir(model_dir);
+  if (chat.ok()) t.chat = std::move(*chat);
+  return t;
+}
+
+absl::StatusOr<std::vector<int32_t>> EncodePrompt(const TextSupport& text, std::string_view prompt) {
+  if (text.tokenizer == nullptr) {
+    return absl::FailedPreconditionError(
+        "--prompt: the model folder has no tokenizer.json; pass --prompt-ids");
+  }
+  std::vector<int32_t> ids = text.tokenizer->Encode(prompt, /*add_special_tokens=*/true);
+  if (ids.empty()) return absl::InvalidArgumentError("--prompt: the prompt encodes to no tokens");
+  return ids;
+}
+
+absl::StatusOr<std::vector<int32_t>> EncodeChat(const TextSupport& text,
+                                                std::string_view messages_json) {
+  if (text.tokenizer == nullptr || !text.chat.has_value()) {
+    return absl::FailedPreconditionError(
+        "--chat: the model folder has no tokenizer.json or no chat template");
+  }
+  text::ChatRenderRequest request;
+  request.messages_json = std::string(messages_json);
+  request.add_generation_prompt = true;
+  request.options.now_unix_seconds = static_cast<int64_t>(std::time(nullptr));
+  absl::StatusOr<std::string> rendered = text.chat->Render(request);
+  if (!rendered.ok()) {
+    return absl::InvalidArgumentError(StrCat("--chat: ", rendered.status().message()));
+  }
+  // The template already wrote the special tokens it wants.
+  return text.tokenizer->Encode(*rendered, /*add_special_tokens=*/false);
+}
+
+}  // namespace loom::cli

@@ -1,0 +1,33 @@
+// Text for `loom generate`: prompts (--prompt) through the model's tokenizer, conversations
+// (--chat) through its chat template, and generated ids back to text.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/text/chat_template.h"
+#include "server/text/tokenizer/tokenizer.h"
+
+namespace loom::cli {
+
+struct TextSupport {
+  std::unique_ptr<text::Tokenizer> tokenizer;   // null when the folder has no tokenizer.json
+  std::optional<text::ChatTemplate> chat;       // empty when it has no chat template
+};
+
+// Loads what the folder has; a missing tokenizer or template is only an error when asked for.
+TextSupport LoadTextSupport(const std::string& model_dir);
+
+// Token ids of a text prompt (special tokens added as the tokenizer does).
+absl::StatusOr<std::vector<int32_t>> EncodePrompt(const TextSupport& text, std::string_view prompt);
+
+// Token ids of a conversation: `messages_json` is a JSON array of {"role", "content"} messages,
+// rendered with the generation prompt.
+absl::StatusOr<std::vector<int32_t>> EncodeChat(const TextSupport& text,
+                                                std::string_view messages_json);
+
+}  // namespace loom::cli

@@ -1,0 +1,181 @@
+// loomd: the serving daemon. Loads the model, starts the engine loop and the HTTP server, and
+// runs until SIGTERM/SIGINT, then drains: readiness fails, new requests get 503, in-flight ones
+// may finish within drain_timeout_s, and the process exits 0.
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/common/logging.h"
+#include "engine/common/status.h"
+#include "engine/common/strings.h"
+#include "engine/runtime/local_executor.h"
+#include "server/api/router.h"
+#include "server/config/server_config.h"
+#include "server/grpc/grpc_server.h"
+#include "server/http/http_server.h"
+#include "server/serving/serving_context.h"
+#include "server/serving/work_queue.h"
+
+namespace loom {
+namespace {
+
+int64_t SteadyMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+absl::StatusOr<EngineConfig> MakeEngineConfig(const ServerConfig& c) {
+  EngineConfig e;
+  e.model_dir = c.model.empty() ? std::string(LOOM_DEFAULT_MODEL_DIR) : c.model;
+  LOOM_ASSIGN_OR_RETURN(e.backend, ParseBackendKind(c.backend));
+  e.kv_dtype = c.kv_dtype == "f32" ? DType::kF32 : c.kv_dtype == "f16" ? DType::kF16 : DType::kBF16;
+  e.num_threads = static_cast<int>(c.threads);
+  e.block_size = static_cast<int32_t>(c.block_size);
+  e.kv_cache_bytes = c.kv_cache_mb << 20;
+  e.max_num_batched_tokens = static_cast<int32_t>(c.max_num_batched_tokens);
+  e.max_num_seqs = static_cast<int32_t>(c.max_num_seqs);
+  e.populate_kv_cache = true;  // the whole cache resident from the start
+  return e;
+}
+
+SchedulerConfig MakeSchedulerConfig(const ServerConfig& c) {
+  SchedulerConfig s;
+  s.max_num_batched_tokens = static_cast<int32_t>(c.max_num_batched_tokens);
+  s.max_num_seqs = static_cast<int32_t>(c.max_num_seqs);
+  s.max_prefill_chunk = static_cast<int32_t>(c.max_prefill_chunk);
+  s.enable_prefix_caching = c.enable_prefix_caching;
+  s.max_waiting_requests = static_cast<int32_t>(c.max_waiting_requests);
+  s.max_waiting_prompt_tokens = c.max_waiting_prompt_tokens;
+  return s;
+}
+
+// Loads the text layer; a model without tokenizer or template still serves token ids.
+void LoadText(const std::string& dir, ServingContext& ctx) {
+  absl::StatusOr<std::unique_ptr<text::Tokenizer>> tok = text::Tokenizer::LoadFromDir(dir);
+  if (tok.ok()) {
+    ctx.tokenizer = std::move(*tok);
+  } else {
+    LOOM_LOG(kWarning, "no tokenizer (", tok.status().message(), "): only token-id prompts");
+  }
+  absl::StatusOr<text::ChatTemplate> chat = text::ChatTemplate::LoadFromDir(dir);
+  if (chat.ok()) {
+    ctx.chat_template = std::move(*chat);
+  } else {
+    LOOM_LOG(kWarning, "no chat template (", chat.status().message(), "): /v1/chat/completions refused");
+  }
+}
+
+int Run(const std::vector<std::string>& args) {
+  ServerConfig config;
+  bool help = false;
+  if (absl::Status s = LoadServerConfig(args, std::getenv, &config, &help); !s.ok()) {
+    std::fprintf(stderr, "loomd: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  if (help) {
+    std::printf("%s", ServerConfigHelp().c_str());
+    return 0;
+  }
+  // Signals are taken by sigwait below; every thread started from here inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  absl::StatusOr<EngineConfig> engine_config = MakeEngineConfig(config);
+  if (!engine_config.ok()) {
+    std::fprintf(stderr, "loomd: %s\n", std::string(engine_config.status().message()).c_str());
+    return 2;
+  }
+  absl::StatusOr<std::unique_ptr<LocalExecutor>> executor = LocalExecutor::Create(*engine_config);
+  if (!executor.ok()) {
+    std::fprintf(stderr, "loomd: %s\n", std::string(executor.status().message()).c_str());
+    return 1;
+  }
+  ServingContext ctx;
+  ctx.config = config;
+  ctx.model = (*executor)->model_info();
+  ctx.capacity = (*executor)->capacity();
+  ctx.model_id = config.served_model_name.empty() ? ctx.model.name : config.served_model_name;
+  ctx.now_ms = SteadyMs;
+  LoadText(engine_config->model_dir, ctx);
+  MetricsOptions metrics_options{ctx.model_id, config.metrics_compat == "vllm", ctx.model.max_context_len};
+  ServerMetrics metrics(metrics_options);
+  ctx.metrics = &metrics;
+  EngineLoop engine(**executor, MakeSchedulerConfig(config), SteadyMs);
+  ctx.engine = &engine;
+  WorkQueue work(2);
+
+  const int64_t tokens = int64_t{ctx.capacity.num_blocks} * ctx.capacity.block_size;
+  LOOM_LOG(kInfo, "model ", ctx.model_id, " (", ctx.model.architecture, ", context ",
+           ctx.model.max_context_len, "); KV cache ", ctx.capacity.num_blocks, " blocks x ",
+           ctx.capacity.block_size, " tokens = ", tokens, " tokens; at full context ",
+           tokens / std::max(ctx.model.max_context_len, 1), " sequences fit at once");
+
+  http::HttpServerOptions http_options;
+  http_options.host = config.host;
+  http_options.port = static_cast<int>(config.port);
+  http_options.num_threads = static_cast<int>(config.http_threads);
+  http_options.max_body_bytes = config.max_body_bytes;
+  http_options.max_header_bytes = config.max_header_bytes;
+  http_options.max_requests_per_connection = static_cast<int32_t>(config.max_requests_per_connection);
+  http_options.idle_timeout = absl::Seconds(config.idle_timeout_s);
+  absl::StatusOr<std::unique_ptr<http::HttpServer>> server =
+      http::HttpServer::Start(http_options, api::MakeRouter(ctx, work, LOOM_VERSION));
+  if (!server.ok()) {
+    std::fprintf(stderr, "loomd: %s\n", std::string(server.status().message()).c_str());
+    return 1;
+  }
+  std::unique_ptr<GrpcServer> grpc;
+  if (config.grpc_port >= 0) {
+    GrpcServerOptions grpc_options{config.host, static_cast<int>(config.grpc_port),
+                                   config.grpc_tls_cert_file, config.grpc_tls_key_file};
+    absl::StatusOr<std::unique_ptr<GrpcServer>> started =
+        GrpcServer::Start(grpc_options, ctx, work, LOOM_VERSION);
+    if (!started.ok()) {
+      std::fprintf(stderr, "loomd: %s\n", std::string(started.status().message()).c_str());
+      return 1;
+    }
+    grpc = std::move(*started);
+    std::printf("loomd gRPC listening on %s:%d\n", config.host.c_str(), grpc->port());
+  }
+  // The port line is what scripts and tests wait for (it comes last).
+  std::printf("loomd listening on %s:%d\n", config.host.c_str(), (*server)->port());
+  std::fflush(stdout);
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  LOOM_LOG(kInfo, "signal ", signal_number, ": draining (up to ", config.drain_timeout_s, " s)");
+  ctx.draining = true;
+  const int64_t deadline = SteadyMs() + config.drain_timeout_s * 1000;
+  while (SteadyMs() < deadline) {
+    const SchedulerStats s = engine.Stats().scheduler;
+    if (s.num_running_requests == 0 && s.num_waiting_requests == 0 &&
+        ctx.num_inflight_responses.load() == 0) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  // The last bytes are queued; give the sockets a moment, then close everything.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  (*server)->Stop();
+  if (grpc != nullptr) grpc->Stop();
+  engine.Stop();
+  LOOM_LOG(kInfo, "stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace loom
+
+int main(int argc, char** argv) {
+  return loom::Run(std::vector<std::string>(argv + 1, argv + argc));
+}

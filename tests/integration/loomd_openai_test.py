@@ -1,0 +1,302 @@
+#!/usr/bin/env python3
+"""loomd end to end with real clients: the OpenAI Python client (completions and chat, streamed
+and not), raw malformed HTTP, client disconnects, Prometheus text checked by promtool, and the
+SIGTERM drain. After every bad-input case the server still answers a normal request.
+
+  python tests/integration/loomd_openai_test.py --loomd build/cpu-release/bin/loomd --model DIR
+"""
+import argparse
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import unittest
+
+import openai
+
+ARGS = None
+API_KEY = "test-key-1"
+
+
+class Loomd:
+    """A loomd process on a free loopback port."""
+
+    def __init__(self, *extra):
+        cmd = [ARGS.loomd, "--model", ARGS.model, "--host", "127.0.0.1", "--port", "0",
+               "--kv-cache-mb", "32", "--max-body-bytes", "65536", "--threads", "1",
+               "--api-keys", API_KEY + ",other-key", *extra]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if "listening on" not in line:
+            self.proc.kill()
+            raise RuntimeError(f"loomd did not start: {line!r} {self.proc.stderr.read()}")
+        self.port = int(line.strip().rsplit(":", 1)[1])
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.client = openai.OpenAI(base_url=self.base + "/v1", api_key=API_KEY, max_retries=0,
+                                    timeout=120)
+
+    def raw(self, method, path, body=None, headers=None, key=API_KEY):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        h = {"Content-Type": "application/json"}
+        if key:
+            h["Authorization"] = f"Bearer {key}"
+        h.update(headers or {})
+        data = body if isinstance(body, (bytes, type(None))) else body.encode()
+        conn.request(method, path, body=data, headers=h)
+        resp = conn.getresponse()
+        payload = resp.read()
+        conn.close()
+        return resp.status, dict(resp.getheaders()), payload
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+        return self.proc.returncode
+
+
+class OpenAIClientTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Loomd()
+        cls.model = cls.server.client.models.list().data[0].id
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.server.stop() == 0
+
+    def assertServing(self):
+        out = self.server.client.completions.create(model=self.model, prompt="ok", max_tokens=2,
+                                                    temperature=0)
+        self.assertEqual(out.usage.completion_tokens, 2)
+
+    def test_models(self):
+        models = self.server.client.models.list().data
+        self.assertEqual(len(models), 1)
+        self.assertEqual(models[0].id, os.path.basename(os.path.normpath(ARGS.model)))
+
+    def test_completion_stream_matches_non_stream(self):
+        c = self.server.client
+        full = c.completions.create(model=self.model, prompt="The weather today", max_tokens=12,
+                                    temperature=0, logprobs=2)
+        self.assertLessEqual(full.usage.completion_tokens, 12)
+        self.assertGreater(full.usage.prompt_tokens, 0)
+        self.assertEqual(len(full.choices[0].logprobs.token_logprobs),
+                         full.usage.completion_tokens)
+        text, usage = "", None
+        for chunk in c.completions.create(model=self.model, prompt="The weather today",
+                                          max_tokens=12, temperature=0, stream=True,
+                                          stream_options={"include_usage": True}):
+            if chunk.usage:
+                usage = chunk.usage
+            for choice in chunk.choices:
+                text += choice.text
+        self.assertEqual(text, full.choices[0].text)
+        self.assertEqual(usage.completion_tokens, full.usage.completion_tokens)
+
+    def test_chat_stream_matches_non_stream(self):
+        c = self.server.client
+        messages = [{"role": "system", "content": "Be brief."},
+                    {"role": "user", "content": "Say something about cats."}]
+        full = c.chat.completions.create(model=self.model, messages=messages, max_tokens=10,
+                                         temperature=0)
+        self.assertEqual(full.choices[0].message.role, "assistant")
+        chunks = list(c.chat.completions.create(model=self.model, messages=messages,
+                                                max_tokens=10, temperature=0, stream=True))
+        self.assertEqual(chunks[0].choices[0].delta.role, "assistant")
+        text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+        self.assertEqual(text, full.choices[0].message.content)
+        self.assertIsNotNone(chunks[-1].choices[0].finish_reason)
+
+    def test_seeded_sampling_with_n_is_reproducible(self):
+        c = self.server.client
+        kw = dict(model=self.model, prompt="Once upon", max_tokens=8, temperature=1.0, n=3, seed=7)
+        a = [ch.text for ch in c.completions.create(**kw).choices]
+        b = [ch.text for ch in c.completions.create(**kw).choices]
+        self.assertEqual(a, b)
+        self.assertEqual(len(a), 3)
+
+    def test_stop_string_cuts_the_text(self):
+        c = self.server.client
+        free = c.completions.create(model=self.model, prompt="Counting", max_tokens=16,
+                                    temperature=0).choices[0].text
+        if len(free) < 4:
+            self.skipTest("greedy text too short to pick a stop string")
+        stop = free[len(free) // 2:len(free) // 2 + 2]
+        cut = c.completions.create(model=self.model, prompt="Counting", max_tokens=16,
+                                   temperature=0, stop=[stop]).choices[0]
+        self.assertEqual(cut.finish_reason, "stop")
+        self.assertNotIn(stop, cut.text)
+        self.assertTrue(free.startswith(cut.text))
+
+    def test_bad_inputs_get_clear_errors_and_the_server_keeps_serving(self):
+        cases = [
+            (b"{not json", 400, None),
+            (json.dumps({"model": self.model, "prompt": "x", "temperature": "hot"}), 400, "temperature"),
+            (json.dumps({"model": self.model, "prompt": "x", "n": 0}), 400, "n"),
+            (json.dumps({"model": self.model, "prompt": "x", "max_tokens": -5}), 400, "max_tokens"),
+            (json.dumps({"model": self.model, "prompt": "x " * 2000}), 400, "prompt"),
+            (json.dumps({"model": "nope", "prompt": "x"}), 404, None),
+            (json.dumps({"model": self.model, "prompt": "x", "response_format": {"type": "json_object"}}),
+             400, "response_format"),
+            (json.dumps({"model": self.model, "prompt": "y" * 70000}), 413, None),
+        ]
+        for body, status, param in cases:
+            code, headers, payload = self.server.raw("POST", "/v1/completions", body)
+            self.assertEqual(code, status, payload)
+            err = json.loads(payload)["error"]
+            self.assertTrue(err["message"])
+            self.assertEqual(err["code"], status)
+            if param:
+                self.assertEqual(err["param"], param)
+            self.assertServing()
+        code, _, _ = self.server.raw("GET", "/v1/completions")
+        self.assertEqual(code, 405)
+        code, _, _ = self.server.raw("GET", "/no/such/route")
+        self.assertEqual(code, 404)
+        code, headers, _ = self.server.raw("GET", "/v1/models", key=None)
+        self.assertEqual(code, 401)
+        code, _, _ = self.server.raw("GET", "/v1/models", key="wrong-key")
+        self.assertEqual(code, 401)
+        code, _, _ = self.server.raw("GET", "/v1/models", key="other-key")
+        self.assertEqual(code, 200)
+        for probe in ("/livez", "/readyz", "/health"):
+            self.assertEqual(self.server.raw("GET", probe, key=None)[0], 200)
+        self.assertServing()
+
+    def test_context_overflow_message(self):
+        code, _, payload = self.server.raw("POST", "/v1/completions",
+                                           json.dumps({"prompt": "x " * 2000, "max_tokens": 4}))
+        self.assertEqual(code, 400)
+        self.assertIn("maximum context length", json.loads(payload)["error"]["message"])
+
+    def test_client_disconnect_mid_stream(self):
+        body = json.dumps({"model": self.model, "prompt": "A long story", "max_tokens": 200,
+                           "stream": True, "ignore_eos": True}).encode()
+        for _ in range(3):
+            s = socket.create_connection(("127.0.0.1", self.server.port))
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Authorization: Bearer " + API_KEY.encode() + b"\r\n"
+                      b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            got = s.recv(4096)
+            self.assertIn(b"200 OK", got)
+            s.close()
+        self.assertServing()
+        # The aborted requests freed their blocks: nothing stays running.
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            _, _, metrics = self.server.raw("GET", "/metrics")
+            if b'loom_num_requests_running{model_name="' in metrics and \
+                    b'loom_num_requests_running{model_name="' + self.model.encode() + b'"} 0' in metrics:
+                break
+            time.sleep(0.2)
+        self.assertIn(b'finished_reason="abort"', metrics)
+
+    def test_slow_reader_does_not_hold_up_others(self):
+        body = json.dumps({"model": self.model, "prompt": "Slow", "max_tokens": 200, "stream": True,
+                           "ignore_eos": True}).encode()
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+        s.connect(("127.0.0.1", self.server.port))
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Authorization: Bearer " + API_KEY.encode() + b"\r\n"
+                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        # While that client reads nothing, others are served.
+        for _ in range(3):
+            self.assertServing()
+        received = b""
+        s.settimeout(60)
+        while b"data: [DONE]" not in received:
+            piece = s.recv(512)
+            if not piece:
+                break
+            received += piece
+            time.sleep(0.001)
+        s.close()
+        self.assertIn(b"data: [DONE]", received)
+        self.assertEqual(received.count(b'"finish_reason":"length"'), 1)
+
+    def test_tokenize_detokenize_and_version(self):
+        code, _, payload = self.server.raw("POST", "/tokenize", json.dumps({"prompt": "hello world"}))
+        self.assertEqual(code, 200)
+        tokens = json.loads(payload)["tokens"]
+        code, _, payload = self.server.raw("POST", "/detokenize", json.dumps({"tokens": tokens}))
+        self.assertEqual(code, 200)
+        self.assertIn("hello world", json.loads(payload)["prompt"])
+        code, _, payload = self.server.raw("GET", "/version")
+        self.assertEqual(code, 200)
+        self.assertIn("version", json.loads(payload))
+
+    def test_metrics_pass_promtool(self):
+        self.assertServing()
+        code, headers, payload = self.server.raw("GET", "/metrics")
+        self.assertEqual(code, 200)
+        self.assertIn(b"loom_e2e_request_latency_seconds_bucket", payload)
+        self.assertIn(b'finished_reason="length"', payload)
+        promtool = shutil.which("promtool")
+        if promtool is None:
+            self.skipTest("promtool not installed")
+        check = subprocess.run([promtool, "check", "metrics"], input=payload, capture_output=True)
+        self.assertEqual(check.returncode, 0, check.stdout + check.stderr)
+
+
+class DrainTest(unittest.TestCase):
+    def test_sigterm_finishes_in_flight_requests_and_refuses_new_ones(self):
+        # One sequence at a time, so the accepted requests queue and take a while to finish.
+        server = Loomd("--drain-timeout-s", "120", "--max-num-seqs", "1")
+        model = server.client.models.list().data[0].id
+        results = []
+        started = threading.Semaphore(0)
+
+        def long_request():
+            text, finish = "", None
+            stream = server.client.completions.create(model=model, prompt="Tell me", max_tokens=200,
+                                                      stream=True, extra_body={"ignore_eos": True})
+            started.release()  # the response has started: the request was accepted
+            for chunk in stream:
+                for choice in chunk.choices:
+                    text += choice.text
+                    finish = choice.finish_reason or finish
+            results.append(finish)
+
+        threads = [threading.Thread(target=long_request) for _ in range(24)]
+        for t in threads:
+            t.start()
+        for _ in threads:
+            self.assertTrue(started.acquire(timeout=60))
+        server.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.1)
+        code, headers, _ = server.raw("POST", "/v1/completions", json.dumps({"prompt": "x"}))
+        self.assertEqual(code, 503)
+        self.assertIn("Retry-After", headers)
+        self.assertEqual(server.raw("GET", "/readyz", key=None)[0], 503)
+        for t in threads:
+            t.join(timeout=300)
+        self.assertEqual(results, ["length"] * len(threads))
+        server.proc.wait(timeout=60)
+        self.assertEqual(server.stop(), 0)
+
+
+def main():
+    global ARGS
+    p = argparse.ArgumentParser()
+    p.add_argument("--loomd", required=True)
+    p.add_argument("--model", required=True)
+    ARGS, rest = p.parse_known_args()
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
