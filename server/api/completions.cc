@@ -78,6 +78,9 @@ absl::StatusOr<GenerationRequest> BuildRequest(const ServingContext& context,
   r.include_stop_str_in_output = p.include_stop_str_in_output;
   r.priority = p.priority;
   r.cache_salt = p.cache_salt;
+  if (p.timeout_s > 0) {
+    r.deadline_ms = context.now_ms() + static_cast<int64_t>(p.timeout_s * 1000.0);
+  }
   return r;
 }
 
@@ -110,9 +113,34 @@ text::jinja::Value FlattenTextParts(const text::jinja::Value& messages) {
 
 absl::StatusOr<std::vector<int32_t>> RenderChatPrompt(const ServingContext& context,
                                                       const CompletionParams& p) {
-  if (!context.chat_template.has_value() || context.tokenizer == nullptr) {
+  if (context.tokenizer == nullptr) {
+    return ParamError("messages", "this model has no tokenizer; use /v1/completions with token ids");
+  }
+  // A template carried by the request replaces the model's, when the operator allows that.
+  std::optional<text::ChatTemplate> own;
+  if (!p.chat_template.empty()) {
+    if (!context.config.allow_request_chat_template) {
+      return ParamError("chat_template",
+                        "request chat templates are disabled on this server "
+                        "(allow_request_chat_template)");
+    }
+    text::SpecialTokens tokens;
+    if (context.chat_template.has_value()) {
+      tokens = context.chat_template->special_tokens();
+    } else {
+      if (!context.tokenizer->bos_token().empty()) tokens.bos_token = context.tokenizer->bos_token();
+      if (!context.tokenizer->eos_token().empty()) tokens.eos_token = context.tokenizer->eos_token();
+    }
+    absl::StatusOr<text::ChatTemplate> compiled = text::ChatTemplate::FromSource(p.chat_template, tokens);
+    if (!compiled.ok()) {
+      return ParamError("chat_template", StrCat("the chat template does not compile: ",
+                                                compiled.status().message()));
+    }
+    own = std::move(*compiled);
+  } else if (!context.chat_template.has_value()) {
     return ParamError("messages", "this model has no chat template; use /v1/completions");
   }
+  const text::ChatTemplate& chat_template = own.has_value() ? *own : *context.chat_template;
   // Re-read the body keeping key order (tool-call arguments are printed in the client's order).
   LOOM_ASSIGN_OR_RETURN(text::jinja::Value body, text::jinja::ParseJson(p.messages_json));
   const text::jinja::Value* messages = body.IsDict() ? body.AsDict().Find("messages") : nullptr;
@@ -125,7 +153,7 @@ absl::StatusOr<std::vector<int32_t>> RenderChatPrompt(const ServingContext& cont
   request.continue_final_message = p.continue_final_message;
   request.kwargs_json = p.chat_template_kwargs_json;
   request.options.now_unix_seconds = context.now_ms() / 1000;
-  absl::StatusOr<std::string> prompt = context.chat_template->Render(request);
+  absl::StatusOr<std::string> prompt = chat_template.Render(request);
   if (!prompt.ok()) {
     return ParamError("messages", StrCat("the chat template failed: ", prompt.status().message()));
   }

@@ -19,7 +19,7 @@ const absl::flat_hash_set<std::string_view>& KnownFields(EndpointKind kind) {
       "stream_options", "logprobs", "echo", "stop", "stop_token_ids", "presence_penalty",
       "frequency_penalty", "repetition_penalty", "best_of", "logit_bias", "user", "seed",
       "suffix", "ignore_eos", "min_tokens", "priority", "skip_special_tokens",
-      "include_stop_str_in_output", "cache_salt", "request_id", "response_format"};
+      "include_stop_str_in_output", "cache_salt", "request_id", "response_format", "timeout"};
   static const auto* chat = new absl::flat_hash_set<std::string_view>{
       "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p",
       "top_k", "min_p", "n", "stream", "stream_options", "logprobs", "top_logprobs", "stop",
@@ -27,7 +27,7 @@ const absl::flat_hash_set<std::string_view>& KnownFields(EndpointKind kind) {
       "logit_bias", "user", "seed", "ignore_eos", "min_tokens", "priority",
       "skip_special_tokens", "include_stop_str_in_output", "cache_salt", "request_id",
       "response_format", "tools", "tool_choice", "parallel_tool_calls", "add_generation_prompt",
-      "continue_final_message", "chat_template_kwargs", "echo"};
+      "continue_final_message", "chat_template_kwargs", "echo", "timeout", "chat_template"};
   return kind == EndpointKind::kChat ? *chat : *completion;
 }
 
@@ -344,6 +344,10 @@ absl::StatusOr<CompletionParams> ParseCompletionRequest(std::string_view raw, En
   LOOM_RETURN_IF_ERROR(OptBool(body, "skip_special_tokens", &p.skip_special_tokens));
   LOOM_RETURN_IF_ERROR(OptInt(body, "priority", -1000000, 1000000, &p.priority));
   LOOM_RETURN_IF_ERROR(OptString(body, "cache_salt", &p.cache_salt));
+  LOOM_RETURN_IF_ERROR(OptNumber(body, "timeout", 0, 86400 * 7, &p.timeout_s));
+  if (kind == EndpointKind::kChat) {
+    LOOM_RETURN_IF_ERROR(OptString(body, "chat_template", &p.chat_template));
+  }
   LOOM_RETURN_IF_ERROR(OptString(body, "user", &p.user));
   LOOM_RETURN_IF_ERROR(OptString(body, "request_id", &p.request_id));
   LOOM_RETURN_IF_ERROR(ParseUnsupported(body, kind, &p));

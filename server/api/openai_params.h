@@ -69,6 +69,11 @@ struct CompletionParams {
   // Scheduling.
   int32_t priority = 0;
   std::string cache_salt;
+  // Seconds the request may take from arrival; past it, it ends with finish_reason "deadline"
+  // (0 = none). A loom extension.
+  double timeout_s = 0;
+  // kChat: a Jinja chat template carried by the request (only when the operator allows it).
+  std::string chat_template;
   std::string user;
   std::string request_id;  // the client's, when it gave one
 };

@@ -228,6 +228,12 @@ class OpenAIClientTest(unittest.TestCase):
         self.assertIn(b"data: [DONE]", received)
         self.assertEqual(received.count(b'"finish_reason":"length"'), 1)
 
+    def test_request_chat_templates_are_off_by_default(self):
+        code, _, payload = self.server.raw("POST", "/v1/chat/completions", json.dumps(
+            {"messages": [{"role": "user", "content": "hi"}], "chat_template": "{{ 1 }}"}))
+        self.assertEqual(code, 400)
+        self.assertIn("disabled", json.loads(payload)["error"]["message"])
+
     def test_tokenize_detokenize_and_version(self):
         code, _, payload = self.server.raw("POST", "/tokenize", json.dumps({"prompt": "hello world"}))
         self.assertEqual(code, 200)
@@ -250,6 +256,61 @@ class OpenAIClientTest(unittest.TestCase):
             self.skipTest("promtool not installed")
         check = subprocess.run([promtool, "check", "metrics"], input=payload, capture_output=True)
         self.assertEqual(check.returncode, 0, check.stdout + check.stderr)
+
+
+class AdmissionAndOptionsTest(unittest.TestCase):
+    """A server with one sequence at a time and room for one waiting request."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Loomd("--max-num-seqs", "1", "--max-waiting-requests", "1",
+                           "--allow-request-chat-template", "--retry-after-s", "2")
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.server.stop() == 0
+
+    def test_a_full_queue_answers_503_with_retry_after(self):
+        results = []
+        lock = threading.Lock()
+
+        def one():
+            r = self.server.raw("POST", "/v1/completions", json.dumps(
+                {"prompt": "Fill", "max_tokens": 200, "ignore_eos": True}))
+            with lock:
+                results.append(r)
+
+        threads = [threading.Thread(target=one) for _ in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=300)
+        codes = sorted(code for code, _, _ in results)
+        self.assertIn(503, codes)
+        self.assertIn(200, codes)
+        self.assertEqual(set(codes), {200, 503})
+        for code, headers, payload in results:
+            if code == 503:
+                self.assertEqual(headers.get("Retry-After"), "2")
+                self.assertEqual(json.loads(payload)["error"]["type"], "overloaded_error")
+        code, _, _ = self.server.raw("POST", "/v1/completions", json.dumps({"prompt": "ok", "max_tokens": 2}))
+        self.assertEqual(code, 200)
+
+    def test_timeout_ends_with_deadline(self):
+        code, _, payload = self.server.raw("POST", "/v1/completions", json.dumps(
+            {"prompt": "Long", "max_tokens": 240, "ignore_eos": True, "timeout": 0.001}))
+        self.assertEqual(code, 200, payload)
+        self.assertEqual(json.loads(payload)["choices"][0]["finish_reason"], "deadline")
+
+    def test_request_chat_template_when_allowed(self):
+        code, _, payload = self.server.raw("POST", "/v1/chat/completions", json.dumps(
+            {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
+             "chat_template": "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"}))
+        self.assertEqual(code, 200, payload)
+        code, _, payload = self.server.raw("POST", "/v1/chat/completions", json.dumps(
+            {"messages": [{"role": "user", "content": "hi"}], "chat_template": "{% if %}"}))
+        self.assertEqual(code, 400)
+        self.assertEqual(json.loads(payload)["error"]["param"], "chat_template")
 
 
 class DrainTest(unittest.TestCase):

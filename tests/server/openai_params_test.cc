@@ -101,6 +101,17 @@ TEST(OpenAiParamsTest, UnsupportedFeaturesAreRefusedNotIgnored) {
   EXPECT_TRUE(Chat(R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"text"}})").ok());
 }
 
+TEST(OpenAiParamsTest, TimeoutAndRequestTemplate) {
+  auto r = Chat(R"({"messages":[{"role":"user","content":"x"}],"timeout":2.5,"chat_template":"{{ 1 }}"})",
+                /*strict=*/true);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_DOUBLE_EQ(r->timeout_s, 2.5);
+  EXPECT_EQ(r->chat_template, "{{ 1 }}");
+  ExpectError(Completion(R"({"prompt":"x","timeout":-1})"), "timeout", "[0,");
+  ExpectError(Chat(R"({"messages":[{"role":"user","content":"x"}],"chat_template":5})"),
+              "chat_template", "string");
+}
+
 TEST(OpenAiParamsTest, StrictModeRefusesUnknownFields) {
   EXPECT_TRUE(Completion(R"({"prompt":"x","frobnicate":1})").ok());
   ExpectError(Completion(R"({"prompt":"x","frobnicate":1})", /*strict=*/true), "frobnicate",
