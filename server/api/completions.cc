@@ -12,7 +12,16 @@
 namespace loom::api {
 namespace {
 
-void SendStatus(http::Responder& r, const absl::Status& s) { r.Send(ErrorResponseFor(s)); }
+// Refuses a request before it reached the engine; it still counts in the request metrics.
+void Reject(ServingContext& context, http::Responder& r, const absl::Status& s, int64_t arrival) {
+  if (context.metrics != nullptr) {
+    RequestRecord record;
+    record.finished_reason = "rejected";
+    record.e2e_s = static_cast<double>(context.now_ms() - arrival) / 1000.0;
+    context.metrics->ObserveRequest(record);
+  }
+  r.Send(ErrorResponseFor(s, context.config.retry_after_s));
+}
 
 absl::StatusOr<std::vector<CompletionJob::PromptInfo>> BuildPrompts(
     const ServingContext& context, const CompletionParams& p) {
@@ -166,28 +175,26 @@ void HandleCompletion(ServingContext& context, WorkQueue& work, EndpointKind kin
                       const http::Request& request, std::shared_ptr<http::Responder> responder) {
   const int64_t arrival = context.now_ms();
   if (context.draining.load()) {
-    http::Response r = http::ErrorResponse(503, "the server is shutting down", "unavailable_error");
-    r.headers.emplace_back("Retry-After", std::to_string(context.config.retry_after_s));
-    responder->Send(std::move(r));
-    return;
+    return Reject(context, *responder, absl::UnavailableError("the server is shutting down"), arrival);
   }
   ParseLimits limits;
   limits.vocab_size = context.model.vocab_size;
   absl::StatusOr<CompletionParams> params =
       ParseCompletionRequest(request.body, kind, limits, context.config.strict_api);
-  if (!params.ok()) return SendStatus(*responder, params.status());
+  if (!params.ok()) return Reject(context, *responder, params.status(), arrival);
   if (!params->model.empty() && params->model != context.model_id) {
-    return SendStatus(*responder,
-                      absl::NotFoundError(StrCat("The model `", params->model,
-                                                 "` does not exist; this server serves `",
-                                                 context.model_id, "`")));
+    return Reject(context, *responder,
+                  absl::NotFoundError(StrCat("The model `", params->model,
+                                             "` does not exist; this server serves `",
+                                             context.model_id, "`")),
+                  arrival);
   }
   absl::StatusOr<std::vector<CompletionJob::PromptInfo>> prompts = BuildPrompts(context, *params);
-  if (!prompts.ok()) return SendStatus(*responder, prompts.status());
+  if (!prompts.ok()) return Reject(context, *responder, prompts.status(), arrival);
   std::vector<GenerationRequest> requests;
   for (const CompletionJob::PromptInfo& prompt : *prompts) {
     absl::StatusOr<GenerationRequest> r = BuildRequest(context, *params, prompt.ids.size());
-    if (!r.ok()) return SendStatus(*responder, r.status());
+    if (!r.ok()) return Reject(context, *responder, r.status(), arrival);
     r->prompt_ids = prompt.ids;
     requests.push_back(std::move(*r));
   }

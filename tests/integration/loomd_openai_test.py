@@ -251,6 +251,10 @@ class OpenAIClientTest(unittest.TestCase):
         self.assertEqual(code, 200)
         self.assertIn(b"loom_e2e_request_latency_seconds_bucket", payload)
         self.assertIn(b'finished_reason="length"', payload)
+        # Requests refused before the engine (bad input) are counted too.
+        self.server.raw("POST", "/v1/completions", b"{bad")
+        _, _, payload = self.server.raw("GET", "/metrics")
+        self.assertIn(b'loom_request_success_total{finished_reason="rejected"', payload)
         promtool = shutil.which("promtool")
         if promtool is None:
             self.skipTest("promtool not installed")
