@@ -58,6 +58,8 @@ struct ChoiceOutput {
   int32_t num_prompt_tokens = 0;
   // Prompt tokens whose K/V came from the prefix cache at this choice's (latest) admission.
   int32_t num_cached_tokens = 0;
+  // When the choice was first scheduled, on the scheduler's clock (-1: not yet).
+  int64_t first_scheduled_ms = -1;
 };
 
 }  // namespace loom

@@ -21,6 +21,7 @@ void RequestStream::Push(ChoiceOutput output) {
                               output.logprobs.end());
       merged->finish = output.finish;
       merged->num_cached_tokens = output.num_cached_tokens;
+      merged->first_scheduled_ms = output.first_scheduled_ms;
     }
   }
   Notify();

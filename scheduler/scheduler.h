@@ -150,6 +150,7 @@ class Scheduler {
   int64_t queried_tokens_ = 0;
   int64_t hit_tokens_ = 0;
   int64_t num_preemptions_ = 0;
+  int64_t now_ms_ = 0;  // of the Schedule call in progress
 };
 
 }  // namespace loom

@@ -33,6 +33,7 @@ struct Scheduler::Seq {
   int32_t num_registered = 0;  // leading blocks whose hash chain has been walked
   BlockHash last_hash;
   int32_t num_cached_tokens = 0;
+  int64_t first_scheduled_ms = -1;  // kept across preemptions
 
   int32_t num_generated() const { return static_cast<int32_t>(tokens.size()) - num_prompt; }
   // Most important first: priority, then arrival, then choice.

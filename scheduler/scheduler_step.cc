@@ -10,6 +10,7 @@ namespace loom {
 
 StepPlan Scheduler::Schedule(int64_t now_ms) {
   LOOM_CHECK(in_flight_.empty(), "Schedule called twice without Update");
+  now_ms_ = now_ms;
   ExpireAndAbort(now_ms);
   StepPlan plan;
   plan.step_id = next_step_id_++;
@@ -124,6 +125,7 @@ void Scheduler::ScheduleWaiting(int32_t* budget, StepPlan& plan) {
     queried_tokens_ += len;
     hit_tokens_ += num_cached;
     seq.num_cached_tokens = num_cached;
+    if (seq.first_scheduled_ms < 0) seq.first_scheduled_ms = now_ms_;
     seq.id = SequenceId(next_seq_id_++);
     seq.known = true;
     waiting_.erase(waiting_.begin() + static_cast<ptrdiff_t>(w));
@@ -198,6 +200,7 @@ ChoiceOutput& Scheduler::OutputFor(Seq& seq) {
   }
   it->second.num_prompt_tokens = seq.num_prompt;
   it->second.num_cached_tokens = seq.num_cached_tokens;
+  it->second.first_scheduled_ms = seq.first_scheduled_ms;
   return it->second;
 }
 

@@ -68,6 +68,10 @@ void Generation::Absorb(const ChoiceOutput& out, std::vector<ChoiceEvent>* event
   if (out.index < 0 || out.index >= static_cast<int32_t>(choices_.size())) return;
   Choice& c = choices_[out.index];
   cached_tokens_ = std::max(cached_tokens_, out.num_cached_tokens);
+  if (out.first_scheduled_ms >= 0 &&
+      (first_scheduled_ms_ < 0 || out.first_scheduled_ms < first_scheduled_ms_)) {
+    first_scheduled_ms_ = out.first_scheduled_ms;
+  }
   if (c.finished) return;  // ended by a stop string; the engine's late tokens are dropped
   ChoiceEvent e;
   e.index = out.index;
@@ -87,7 +91,13 @@ void Generation::Absorb(const ChoiceOutput& out, std::vector<ChoiceEvent>* event
       if (request_.include_stop_str_in_output) e.text += *e.matched_stop;
     }
   }
-  if (!out.new_tokens.empty()) last_token_ms_ = now;
+  if (!out.new_tokens.empty()) {
+    if (last_token_ms_ >= 0 && context_.metrics != nullptr && !e.token_ids.empty()) {
+      context_.metrics->ObserveInterToken(static_cast<double>(now - last_token_ms_) / 1000.0,
+                                          static_cast<int64_t>(e.token_ids.size()));
+    }
+    last_token_ms_ = now;
+  }
   if (!c.finished && out.finish != FinishReason::kNone) {
     if (c.detokenizer != nullptr) {
       e.text += c.detokenizer->Finish();
@@ -141,9 +151,15 @@ void Generation::Record(const std::string& reason) {
   RequestRecord r;
   r.finished_reason = reason.empty() ? "abort" : reason;
   r.e2e_s = static_cast<double>(end - arrival_ms_) / 1000.0;
+  if (first_scheduled_ms_ >= 0) {
+    r.queue_s = static_cast<double>(first_scheduled_ms_ - arrival_ms_) / 1000.0;
+  }
   if (first_token_ms_ >= 0) {
     r.ttft_s = static_cast<double>(first_token_ms_ - arrival_ms_) / 1000.0;
     r.decode_s = static_cast<double>(end - first_token_ms_) / 1000.0;
+    if (first_scheduled_ms_ >= 0) {
+      r.prefill_s = static_cast<double>(first_token_ms_ - first_scheduled_ms_) / 1000.0;
+    }
   }
   r.prompt_tokens = static_cast<int64_t>(request_.prompt_ids.size());
   for (const Choice& c : choices_) r.generation_tokens += c.num_tokens;

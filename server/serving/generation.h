@@ -98,6 +98,7 @@ class Generation {
   std::shared_ptr<RequestStream> stream_;
   std::vector<Choice> choices_;
   int32_t cached_tokens_ = 0;
+  int64_t first_scheduled_ms_ = -1;
   int64_t first_token_ms_ = -1;
   int64_t last_token_ms_ = -1;
   bool aborted_engine_ = false;

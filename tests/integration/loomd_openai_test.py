@@ -251,6 +251,9 @@ class OpenAIClientTest(unittest.TestCase):
         self.assertEqual(code, 200)
         self.assertIn(b"loom_e2e_request_latency_seconds_bucket", payload)
         self.assertIn(b'finished_reason="length"', payload)
+        for name in (b"loom_request_queue_time_seconds_count", b"loom_request_prefill_time_seconds_count",
+                     b"loom_inter_token_latency_seconds_count", b"loom_time_to_first_token_seconds_count"):
+            self.assertIn(name, payload)
         # Requests refused before the engine (bad input) are counted too.
         self.server.raw("POST", "/v1/completions", b"{bad")
         _, _, payload = self.server.raw("GET", "/metrics")

@@ -106,6 +106,28 @@ TEST(SchedulerTest, OneRequestRunsToItsLength) {
   EXPECT_EQ(executor.num_sequences(), 0u);
 }
 
+TEST(SchedulerTest, OutputsCarryWhenTheChoiceWasFirstScheduled) {
+  SchedulerConfig config;
+  config.max_num_seqs = 1;
+  FakeExecutor executor(Model(), Capacity(16, 4, 64, 1));
+  Scheduler scheduler(config, Model(), executor.capacity());
+  std::mt19937 rng(11);
+  ASSERT_TRUE(scheduler.Add(Request(1, Prompt(rng, 4), 2)).ok());
+  ASSERT_TRUE(scheduler.Add(Request(2, Prompt(rng, 4), 2)).ok());
+  std::map<uint64_t, int64_t> first;
+  for (int64_t now = 100; scheduler.HasWork(); now += 10) {
+    StepPlan plan = scheduler.Schedule(now);
+    absl::StatusOr<StepResult> result = executor.Execute(plan);
+    ASSERT_TRUE(result.ok());
+    ASSERT_TRUE(scheduler.Update(*result).ok());
+    for (const ChoiceOutput& out : scheduler.TakeOutputs()) {
+      first[out.request_id.value()] = out.first_scheduled_ms;
+    }
+  }
+  EXPECT_EQ(first[1], 100);
+  EXPECT_EQ(first[2], 120);  // waited for request 1's two steps
+}
+
 TEST(SchedulerTest, StopTokenEndsTheChoiceAndIsKept) {
   FakeExecutor executor(Model(), Capacity(16));
   Scheduler scheduler(SchedulerConfig{}, Model(), executor.capacity());
