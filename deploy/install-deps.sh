@@ -28,7 +28,7 @@ apt_packages=(
   libabsl-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev libsimde-dev
   libboost-dev prometheus-cpp-dev libutf8proc-dev clang libclang-rt-14-dev
-  prometheus
+  prometheus openssl
   python3 python3-venv python3-pip
 )
 

@@ -33,13 +33,22 @@ def compile_stubs(out_dir):
     sys.path.insert(0, out_dir)
 
 
+STUBS = tempfile.TemporaryDirectory()
+
+
+def setUpModule():
+    compile_stubs(STUBS.name)
+    global pb, pb_grpc
+    from loom.v1 import generation_pb2 as pb, generation_pb2_grpc as pb_grpc  # noqa: E402
+
+
+def tearDownModule():
+    STUBS.cleanup()
+
+
 class GrpcTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory()
-        compile_stubs(cls.tmp.name)
-        global pb, pb_grpc
-        from loom.v1 import generation_pb2 as pb, generation_pb2_grpc as pb_grpc  # noqa: E402
         cls.proc = subprocess.Popen(
             [ARGS.loomd, "--model", ARGS.model, "--host", "127.0.0.1", "--port", "0",
              "--grpc-port", "0", "--kv-cache-mb", "32", "--threads", "1", "--api-keys", KEY],
@@ -59,7 +68,6 @@ class GrpcTest(unittest.TestCase):
         cls.proc.send_signal(signal.SIGTERM)
         assert cls.proc.wait(timeout=60) == 0
         cls.proc.stdout.close()
-        cls.tmp.cleanup()
 
     def generate(self, **kw):
         chunks, completions = [], []
@@ -144,6 +152,38 @@ class GrpcTest(unittest.TestCase):
             iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10)
         names = [s.name for r in responses for s in r.list_services_response.service]
         self.assertIn("loom.v1.Generation", names)
+
+
+class GrpcTlsTest(unittest.TestCase):
+    def test_tls_with_a_self_signed_certificate(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            cert, key = os.path.join(tmp, "cert.pem"), os.path.join(tmp, "key.pem")
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
+                            "-out", cert, "-days", "1", "-subj", "/CN=localhost",
+                            "-addext", "subjectAltName=DNS:localhost"],
+                           check=True, capture_output=True)
+            proc = subprocess.Popen(
+                [ARGS.loomd, "--model", ARGS.model, "--host", "127.0.0.1", "--port", "0",
+                 "--grpc-port", "0", "--grpc-tls-cert-file", cert, "--grpc-tls-key-file", key,
+                 "--kv-cache-mb", "16", "--threads", "1"],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            try:
+                line = proc.stdout.readline()
+                self.assertIn("gRPC", line)
+                port = int(line.strip().rsplit(":", 1)[1])
+                creds = grpc.ssl_channel_credentials(root_certificates=open(cert, "rb").read())
+                with grpc.secure_channel(f"localhost:{port}", creds) as channel:
+                    info = pb_grpc.GenerationStub(channel).GetModelInfo(pb.GetModelInfoRequest(),
+                                                                         timeout=30)
+                    self.assertGreater(info.vocab_size, 0)
+                with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+                    with self.assertRaises(grpc.RpcError):
+                        pb_grpc.GenerationStub(channel).GetModelInfo(pb.GetModelInfoRequest(),
+                                                                     timeout=5)
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                self.assertEqual(proc.wait(timeout=60), 0)
+                proc.stdout.close()
 
 
 def main():
