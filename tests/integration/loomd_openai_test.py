@@ -228,6 +228,16 @@ class OpenAIClientTest(unittest.TestCase):
         self.assertIn(b"data: [DONE]", received)
         self.assertEqual(received.count(b'"finish_reason":"length"'), 1)
 
+    def test_prefix_cache_hits_show_in_usage(self):
+        prompt = " ".join(f"word{i}" for i in range(20))
+        first = self.server.client.completions.create(model=self.model, prompt=prompt, max_tokens=2)
+        again = self.server.client.completions.create(model=self.model, prompt=prompt, max_tokens=2)
+        self.assertEqual(first.usage.prompt_tokens, again.usage.prompt_tokens)
+        self.assertGreaterEqual(again.usage.prompt_tokens_details.cached_tokens, 16)
+        salted = self.server.client.completions.create(model=self.model, prompt=prompt, max_tokens=2,
+                                                       extra_body={"cache_salt": "tenant-b"})
+        self.assertEqual(salted.usage.prompt_tokens_details.cached_tokens, 0)
+
     def test_request_chat_templates_are_off_by_default(self):
         code, _, payload = self.server.raw("POST", "/v1/chat/completions", json.dumps(
             {"messages": [{"role": "user", "content": "hi"}], "chat_template": "{{ 1 }}"}))
