@@ -38,6 +38,14 @@ void EngineLoop::Abort(RequestId id) {
   cv_.notify_one();
 }
 
+void EngineLoop::AbortChoice(RequestId id, int32_t index) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    choice_aborts_.emplace_back(id, index);
+  }
+  cv_.notify_one();
+}
+
 EngineLoopStats EngineLoop::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;
@@ -82,14 +90,17 @@ void EngineLoop::Run() {
 bool EngineLoop::DrainInbox() {
   std::vector<Submission> inbox;
   std::vector<RequestId> aborts;
+  std::vector<std::pair<RequestId, int32_t>> choice_aborts;
   {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] {
-      return stopping_ || !inbox_.empty() || !aborts_.empty() || scheduler_.HasWork();
+      return stopping_ || !inbox_.empty() || !aborts_.empty() || !choice_aborts_.empty() ||
+             scheduler_.HasWork();
     });
     if (stopping_) return false;
     inbox.swap(inbox_);
     aborts.swap(aborts_);
+    choice_aborts.swap(choice_aborts_);
   }
   for (Submission& s : inbox) {
     const RequestId id = s.request.id;
@@ -109,6 +120,7 @@ bool EngineLoop::DrainInbox() {
     streams_.emplace(id, Entry{std::move(s.stream), n});
   }
   for (RequestId id : aborts) scheduler_.Abort(id);
+  for (const auto& [id, index] : choice_aborts) scheduler_.AbortChoice(id, index);
   return true;
 }
 

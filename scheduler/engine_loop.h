@@ -51,6 +51,8 @@ class EngineLoop {
   // Ends a request with FinishReason::kAbort (client gone); its blocks are freed at the next
   // step. Unknown or finished ids are ignored.
   void Abort(RequestId id);
+  // Ends one choice of a request (Scheduler::AbortChoice).
+  void AbortChoice(RequestId id, int32_t index);
 
   EngineLoopStats Stats() const;
 
@@ -82,6 +84,7 @@ class EngineLoop {
   std::condition_variable cv_;
   std::vector<Submission> inbox_;
   std::vector<RequestId> aborts_;
+  std::vector<std::pair<RequestId, int32_t>> choice_aborts_;
   bool stopping_ = false;
   EngineLoopStats stats_;
 

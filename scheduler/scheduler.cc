@@ -105,8 +105,11 @@ void Scheduler::InsertWaiting(Seq* seq) {
 
 void Scheduler::Abort(RequestId id) { aborts_.push_back(id); }
 
+void Scheduler::AbortChoice(RequestId id, int32_t index) { choice_aborts_.emplace_back(id, index); }
+
 bool Scheduler::HasWork() const {
-  return !running_.empty() || !waiting_.empty() || !released_.empty() || !aborts_.empty();
+  return !running_.empty() || !waiting_.empty() || !released_.empty() || !aborts_.empty() ||
+         !choice_aborts_.empty();
 }
 
 }  // namespace loom

@@ -73,6 +73,9 @@ class Scheduler {
 
   // Finishes a request with kAbort at the next Schedule; unknown ids are ignored.
   void Abort(RequestId id);
+  // Finishes one choice of a request with kAbort at the next Schedule (the server ended it, e.g.
+  // on a stop string); the other choices go on. Unknown ids and indexes are ignored.
+  void AbortChoice(RequestId id, int32_t index);
 
   // Forms the next step at time `now_ms`. Finishes of aborted and expired requests are reported
   // by TakeOutputs. The plan may be empty (nothing to do).
@@ -134,6 +137,7 @@ class Scheduler {
   std::vector<Seq*> running_;  // most important first
   std::deque<Seq*> waiting_;   // most important first
   std::vector<RequestId> aborts_;
+  std::vector<std::pair<RequestId, int32_t>> choice_aborts_;
   std::vector<SequenceId> released_;  // engine sequences to drop in the next plan
   // Sequences in the last plan, in plan order (new first), with the tokens each computes.
   std::vector<std::pair<Seq*, int32_t>> in_flight_;

@@ -229,6 +229,14 @@ void Scheduler::ExpireAndAbort(int64_t now_ms) {
       ends.emplace_back(id, FinishReason::kDeadline);
     }
   }
+  for (const auto& [id, index] : choice_aborts_) {
+    auto it = requests_.find(id);
+    if (it == requests_.end() || index < 0 || index >= static_cast<int32_t>(it->second->seqs.size())) {
+      continue;
+    }
+    Finish(*it->second->seqs[index], FinishReason::kAbort);  // may erase the request
+  }
+  choice_aborts_.clear();
   for (const auto& [id, reason] : ends) {
     auto it = requests_.find(id);
     if (it == requests_.end()) continue;

@@ -87,6 +87,8 @@ void Generation::Absorb(const ChoiceOutput& out, std::vector<ChoiceEvent>* event
     if (c.detokenizer->stopped()) {
       c.finished = true;
       c.finish_reason = "stop";
+      // The engine need not compute this choice further.
+      if (choices_.size() > 1) context_.engine->AbortChoice(id_, out.index);
       e.matched_stop = request_.stop[*c.detokenizer->stop_index()];
       if (request_.include_stop_str_in_output) e.text += *e.matched_stop;
     }

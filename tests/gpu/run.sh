@@ -118,7 +118,7 @@ configure() {
   log "configure: $build_dir (CUDA architectures $archs)"
   cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DLOOM_CUDA=ON -DLOOM_CUDA_ARCHITECTURES="$archs" -DCMAKE_CUDA_COMPILER="$nvcc" \
-    -DLOOM_BUILD_TESTS=ON -DLOOM_BUILD_BENCH=ON -DLOOM_PYTHON= \
+    -DLOOM_BUILD_TESTS=ON -DLOOM_BUILD_BENCH=ON -DLOOM_BUILD_SERVER=OFF -DLOOM_PYTHON= \
     -DCMAKE_PREFIX_PATH="$prefix/usr" -DCMAKE_INCLUDE_PATH="$prefix/usr/include" \
     -DCMAKE_LIBRARY_PATH="$libdir" -DCMAKE_EXE_LINKER_FLAGS="-Wl,--disable-new-dtags" \
     -Dabsl_DIR="$(package_dir absl)" -DGTest_DIR="$(package_dir GTest)" \

@@ -291,6 +291,28 @@ TEST(SchedulerTest, AbortAndDeadlineFreeEverything) {
   EXPECT_EQ(scheduler.Stats().num_waiting_requests, 0);
 }
 
+TEST(SchedulerTest, AbortingOneChoiceLeavesTheOthers) {
+  FakeExecutor executor(Model(), Capacity(64));
+  Scheduler scheduler(SchedulerConfig{}, Model(), executor.capacity());
+  std::mt19937 rng(12);
+  SchedRequest r = Request(1, Prompt(rng, 9), 20);
+  r.n = 3;
+  ASSERT_TRUE(scheduler.Add(r).ok());
+  Driver d{scheduler, executor};
+  for (int i = 0; i < 4; ++i) d.Step();
+  scheduler.AbortChoice(RequestId(1), 1);
+  scheduler.AbortChoice(RequestId(1), 7);   // no such choice: ignored
+  scheduler.AbortChoice(RequestId(9), 0);   // no such request: ignored
+  d.RunToEnd();
+  EXPECT_EQ(d.finish[Key(1, 1)], FinishReason::kAbort);
+  EXPECT_LT(d.tokens[Key(1, 1)].size(), 20u);
+  for (int32_t i : {0, 2}) {
+    EXPECT_EQ(d.finish[Key(1, i)], FinishReason::kLength);
+    EXPECT_EQ(d.tokens[Key(1, i)], ExpectedTokens(r.sampling.seed + i, r.prompt, 20, {}, kVocab));
+  }
+  EXPECT_EQ(scheduler.block_pool().num_free(), 64);
+}
+
 TEST(SchedulerTest, AdmissionControlAndValidation) {
   SchedulerConfig config;
   config.max_waiting_requests = 2;
