@@ -68,13 +68,19 @@ void CompletionJob::Pump() {
   std::lock_guard<std::mutex> lock(mu_);
   scheduled_ = false;  // a notification from now on schedules another pump
   if (finished_) return;
-  for (size_t g = 0; g < generations_.size() && !finished_; ++g) {
+  // Poll every generation first: the stream starts only once all of them are admitted, and the
+  // events of this pump are then written after the stream's first chunks.
+  std::vector<Generation::Batch> batches(generations_.size());
+  for (size_t g = 0; g < generations_.size(); ++g) {
     if (done_[g]) continue;
-    Generation::Batch batch = generations_[g]->Poll();
-    if (!batch.error.ok()) return Fail(batch.error);
-    accepted_[g] = accepted_[g] || batch.accepted || !batch.events.empty();
-    StartStreamIfReady();
-    for (const ChoiceEvent& e : batch.events) {
+    batches[g] = generations_[g]->Poll();
+    if (!batches[g].error.ok()) return Fail(batches[g].error);
+    accepted_[g] = accepted_[g] || batches[g].accepted || !batches[g].events.empty();
+  }
+  StartStreamIfReady();
+  for (size_t g = 0; g < generations_.size(); ++g) {
+    if (done_[g]) continue;
+    for (const ChoiceEvent& e : batches[g].events) {
       const int32_t index = static_cast<int32_t>(g) * params_.n + e.index;
       ChoiceState& c = choices_[index];
       std::string text = e.text;
@@ -82,17 +88,15 @@ void CompletionJob::Pump() {
         text = prompts_[g].echo_text + text;
         c.echoed = true;
       }
-      if (streaming_started_) {
-        WriteChunk(index, e, text);
-      }
+      if (streaming_started_) WriteChunk(index, e, text, c.text.size());
       c.text += text;
       c.token_ids.insert(c.token_ids.end(), e.token_ids.begin(), e.token_ids.end());
       c.logprobs.insert(c.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
       if (!e.finish_reason.empty()) c.finish_reason = e.finish_reason;
     }
-    done_[g] = batch.done;
+    done_[g] = batches[g].done;
   }
-  if (!finished_ && std::all_of(done_.begin(), done_.end(), [](bool d) { return d; })) Finish();
+  if (std::all_of(done_.begin(), done_.end(), [](bool d) { return d; })) Finish();
 }
 
 void CompletionJob::StartStreamIfReady() {
@@ -101,9 +105,8 @@ void CompletionJob::StartStreamIfReady() {
   streaming_started_ = true;
   responder_->StartStream(200, "text/event-stream",
                           {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}});
-  if (!IsChat(params_)) return;
   // OpenAI's first chat chunk of each choice carries only the role.
-  for (size_t i = 0; i < choices_.size(); ++i) {
+  for (size_t i = 0; i < choices_.size() && IsChat(params_); ++i) {
     JsonWriter w;
     BeginChunkChoice(w, static_cast<int32_t>(i));
     w.Key("delta");
@@ -122,6 +125,20 @@ void CompletionJob::StartStreamIfReady() {
     w.EndObject();
     responder_->Write(StrCat("data: ", w.str(), "\n\n"));
     choices_[i].role_sent = true;
+  }
+  FlushEarlyOutput();
+}
+
+// Output that arrived before every prompt of the request was admitted (a batch of prompts whose
+// generations were accepted in different pumps) goes out as one chunk per choice.
+void CompletionJob::FlushEarlyOutput() {
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    const ChoiceState& c = choices_[i];
+    if (c.text.empty() && c.finish_reason.empty() && c.logprobs.empty()) continue;
+    ChoiceEvent e;
+    e.finish_reason = c.finish_reason;
+    e.logprobs = c.logprobs;
+    WriteChunk(static_cast<int32_t>(i), e, c.text, 0);
   }
 }
 
@@ -148,7 +165,8 @@ void CompletionJob::BeginChunkChoice(JsonWriter& w, int32_t index) const {
   w.Int(index);
 }
 
-void CompletionJob::WriteChunk(int32_t index, const ChoiceEvent& e, std::string text) {
+void CompletionJob::WriteChunk(int32_t index, const ChoiceEvent& e, std::string text,
+                               size_t text_offset) {
   if (text.empty() && e.finish_reason.empty() && e.logprobs.empty()) return;
   JsonWriter w;
   BeginChunkChoice(w, index);
@@ -166,7 +184,7 @@ void CompletionJob::WriteChunk(int32_t index, const ChoiceEvent& e, std::string 
   }
   w.Key("logprobs");
   if (params_.logprobs >= 0 && !e.logprobs.empty()) {
-    WriteLogprobs(w, e.logprobs, choices_[index].text.size());
+    WriteLogprobs(w, e.logprobs, text_offset);
   } else {
     w.Null();
   }

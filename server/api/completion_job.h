@@ -52,7 +52,9 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
   void Pump();
   void Fail(const absl::Status& error);
   void StartStreamIfReady();
-  void WriteChunk(int32_t choice, const ChoiceEvent& event, std::string text);
+  void FlushEarlyOutput();
+  // `text_offset`: where `text` starts in the choice's whole text (completions' logprobs).
+  void WriteChunk(int32_t choice, const ChoiceEvent& event, std::string text, size_t text_offset);
   void Finish();
   // Marks the job over (once): it no longer counts as in flight.
   void End();

@@ -106,6 +106,22 @@ class OpenAIClientTest(unittest.TestCase):
         self.assertEqual(text, full.choices[0].text)
         self.assertEqual(usage.completion_tokens, full.usage.completion_tokens)
 
+    def test_batched_prompts_stream_matches_non_stream(self):
+        c = self.server.client
+        prompts = ["First prompt", "Second one here", "Third"]
+        full = c.completions.create(model=self.model, prompt=prompts, max_tokens=8, temperature=0, n=2)
+        want = {ch.index: ch.text for ch in full.choices}
+        self.assertEqual(sorted(want), list(range(6)))
+        got, finishes = {}, {}
+        for chunk in c.completions.create(model=self.model, prompt=prompts, max_tokens=8,
+                                          temperature=0, n=2, stream=True):
+            for ch in chunk.choices:
+                got[ch.index] = got.get(ch.index, "") + ch.text
+                if ch.finish_reason:
+                    finishes[ch.index] = ch.finish_reason
+        self.assertEqual(got, want)
+        self.assertEqual(sorted(finishes), list(range(6)))
+
     def test_chat_stream_matches_non_stream(self):
         c = self.server.client
         messages = [{"role": "system", "content": "Be brief."},
