@@ -94,11 +94,11 @@ void Generation::Absorb(const ChoiceOutput& out, std::vector<ChoiceEvent>* event
     }
   }
   if (!out.new_tokens.empty()) {
-    if (last_token_ms_ >= 0 && context_.metrics != nullptr && !e.token_ids.empty()) {
-      context_.metrics->ObserveInterToken(static_cast<double>(now - last_token_ms_) / 1000.0,
+    if (c.last_token_ms >= 0 && context_.metrics != nullptr && !e.token_ids.empty()) {
+      context_.metrics->ObserveInterToken(static_cast<double>(now - c.last_token_ms) / 1000.0,
                                           static_cast<int64_t>(e.token_ids.size()));
     }
-    last_token_ms_ = now;
+    c.last_token_ms = now;
   }
   if (!c.finished && out.finish != FinishReason::kNone) {
     if (c.detokenizer != nullptr) {

@@ -82,6 +82,7 @@ class Generation {
   struct Choice {
     std::unique_ptr<text::Detokenizer> detokenizer;  // absent without a tokenizer
     int32_t num_tokens = 0;
+    int64_t last_token_ms = -1;  // when its latest tokens arrived (inter-token latency)
     bool finished = false;
     std::string finish_reason;
   };
@@ -100,7 +101,6 @@ class Generation {
   int32_t cached_tokens_ = 0;
   int64_t first_scheduled_ms_ = -1;
   int64_t first_token_ms_ = -1;
-  int64_t last_token_ms_ = -1;
   bool aborted_engine_ = false;
   bool recorded_ = false;
   bool done_ = false;
