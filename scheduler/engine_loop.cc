@@ -3,7 +3,6 @@
 #include <utility>
 
 #include "engine/common/logging.h"
-#include "engine/common/strings.h"
 
 namespace loom {
 
@@ -104,10 +103,6 @@ bool EngineLoop::DrainInbox() {
   }
   for (Submission& s : inbox) {
     const RequestId id = s.request.id;
-    if (streams_.contains(id)) {
-      s.stream->Fail(absl::InvalidArgumentError(StrCat("request id ", id, " is already running")));
-      continue;
-    }
     const int32_t n = s.request.n;
     absl::Status status = scheduler_.Add(std::move(s.request));
     if (!status.ok()) {

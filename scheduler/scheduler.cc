@@ -98,9 +98,8 @@ Scheduler::Seq* Scheduler::NewSeq(Req& req, int32_t index) {
 
 void Scheduler::InsertWaiting(Seq* seq) {
   seq->state = Seq::State::kWaiting;
-  auto pos = std::upper_bound(waiting_.begin(), waiting_.end(), seq,
-                              [](const Seq* a, const Seq* b) { return a->Key() < b->Key(); });
-  waiting_.insert(pos, seq);
+  waiting_.insert(std::upper_bound(waiting_.begin(), waiting_.end(), seq, Seq::MoreImportant),
+                  seq);
 }
 
 void Scheduler::Abort(RequestId id) { aborts_.push_back(id); }

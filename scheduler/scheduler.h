@@ -23,6 +23,7 @@
 // Thread safety: none; the engine loop thread owns it. Time comes in as arguments.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -108,12 +109,13 @@ class Scheduler {
   struct Req;
 
   Seq* NewSeq(Req& req, int32_t index);
-  bool ScheduleRunning(Seq& seq, int32_t* budget, StepPlan& plan);
+  void ScheduleRunning(Seq& seq, int32_t* budget, StepPlan& plan);
   void ScheduleWaiting(int32_t* budget, StepPlan& plan);
   void MakeRoomForImportantWaiting();
   int32_t PrefillChunk(const Seq& seq, int32_t budget) const;
   bool EnsureBlocks(Seq& seq, int32_t num_tokens, std::vector<BlockId>* added);
-  Seq* LeastImportantRunning(const Seq* excluding) const;
+  Seq* LeastImportantRunning() const;
+  void Requeue(Seq& seq);
   void Preempt(Seq& seq);
   void Finish(Seq& seq, FinishReason reason);
   void Release(Seq& seq);
@@ -125,7 +127,10 @@ class Scheduler {
   void MarkAdmitted(Req& req);
   bool Eligible(const Seq& seq) const;
   void InsertRunning(Seq* seq);
-  static void Erase(std::vector<Seq*>& list, const Seq* seq);
+  template <typename List>
+  static void Erase(List& list, const Seq* seq) {
+    list.erase(std::remove(list.begin(), list.end(), seq), list.end());
+  }
 
   SchedulerConfig config_;
   ModelInfo model_;

@@ -38,6 +38,7 @@ struct Scheduler::Seq {
   int32_t num_generated() const { return static_cast<int32_t>(tokens.size()) - num_prompt; }
   // Most important first: priority, then arrival, then choice.
   auto Key() const { return std::make_tuple(req->params.priority, req->arrival, index); }
+  static bool MoreImportant(const Seq* a, const Seq* b) { return a->Key() < b->Key(); }
 };
 
 }  // namespace loom

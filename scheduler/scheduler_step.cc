@@ -42,19 +42,20 @@ int32_t Scheduler::PrefillChunk(const Seq& seq, int32_t budget) const {
   return std::min(remaining, budget);
 }
 
-bool Scheduler::ScheduleRunning(Seq& seq, int32_t* budget, StepPlan& plan) {
+void Scheduler::ScheduleRunning(Seq& seq, int32_t* budget, StepPlan& plan) {
   const int32_t num_new = PrefillChunk(seq, *budget);
-  if (num_new <= 0) return true;
+  if (num_new <= 0) return;
   std::vector<BlockId> added;
   while (!EnsureBlocks(seq, seq.num_computed + num_new, &added)) {
-    Seq* victim = LeastImportantRunning(nullptr);
+    // Running sequences are scheduled most important first, so the least important one has not
+    // been scheduled in this step yet (or is `seq` itself).
+    Seq* victim = LeastImportantRunning();
     Preempt(*victim);
-    if (victim == &seq) return false;
+    if (victim == &seq) return;
   }
   plan.continuing.push_back(ContinuingSequencePlan{seq.id, std::move(added), num_new});
   in_flight_.emplace_back(&seq, num_new);
   *budget -= num_new;
-  return true;
 }
 
 bool Scheduler::EnsureBlocks(Seq& seq, int32_t num_tokens, std::vector<BlockId>* added) {
@@ -81,15 +82,17 @@ void Scheduler::MakeRoomForImportantWaiting() {
   const int32_t need = (first_chunk + bs - 1) / bs;
   while (static_cast<int32_t>(running_.size()) >= config_.max_num_seqs ||
          pool_.num_free() < need) {
-    Seq* victim = LeastImportantRunning(nullptr);
+    Seq* victim = LeastImportantRunning();
     if (victim == nullptr || !(seq.Key() < victim->Key())) return;
     Preempt(*victim);
   }
 }
 
-// Choices after the first wait for the first to compute the prompt, so they find it cached.
+// Choices after the first wait for the first to compute the prompt, so they find it cached
+// (unless the first ended before that, e.g. aborted: then nobody is waited for).
 bool Scheduler::Eligible(const Seq& seq) const {
-  return seq.index == 0 || seq.req->prompt_ready || !pool_.prefix_caching();
+  return seq.index == 0 || seq.req->prompt_ready || !pool_.prefix_caching() ||
+         seq.req->seqs.front()->state == Seq::State::kFinished;
 }
 
 void Scheduler::ScheduleWaiting(int32_t* budget, StepPlan& plan) {
@@ -155,20 +158,12 @@ void Scheduler::MarkAdmitted(Req& req) {
 
 void Scheduler::InsertRunning(Seq* seq) {
   seq->state = Seq::State::kRunning;
-  auto pos = std::upper_bound(running_.begin(), running_.end(), seq,
-                              [](const Seq* a, const Seq* b) { return a->Key() < b->Key(); });
-  running_.insert(pos, seq);
+  running_.insert(std::upper_bound(running_.begin(), running_.end(), seq, Seq::MoreImportant),
+                  seq);
 }
 
-void Scheduler::Erase(std::vector<Seq*>& list, const Seq* seq) {
-  list.erase(std::remove(list.begin(), list.end(), seq), list.end());
-}
-
-Scheduler::Seq* Scheduler::LeastImportantRunning(const Seq* excluding) const {
-  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
-    if (*it != excluding) return *it;
-  }
-  return nullptr;
+Scheduler::Seq* Scheduler::LeastImportantRunning() const {
+  return running_.empty() ? nullptr : running_.back();
 }
 
 void Scheduler::Release(Seq& seq) {
@@ -182,11 +177,16 @@ void Scheduler::Release(Seq& seq) {
   seq.last_hash = RootBlockHash(seq.req->params.cache_salt);
 }
 
-void Scheduler::Preempt(Seq& seq) {
-  LOOM_CHECK(seq.state == Seq::State::kRunning, "preempting a sequence that is not running");
+// A running sequence gives its blocks back and waits again (it keeps its tokens).
+void Scheduler::Requeue(Seq& seq) {
+  LOOM_CHECK(seq.state == Seq::State::kRunning, "requeueing a sequence that is not running");
   Release(seq);
   Erase(running_, &seq);
   InsertWaiting(&seq);
+}
+
+void Scheduler::Preempt(Seq& seq) {
+  Requeue(seq);
   ++num_preemptions_;
 }
 
@@ -210,7 +210,7 @@ void Scheduler::Finish(Seq& seq, FinishReason reason) {
     Release(seq);
     Erase(running_, &seq);
   } else {
-    waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), &seq), waiting_.end());
+    Erase(waiting_, &seq);
   }
   seq.state = Seq::State::kFinished;
   OutputFor(seq).finish = reason;

@@ -51,11 +51,7 @@ std::vector<RequestId> Scheduler::AbandonStep(bool engine_ran_plan) {
     if (std::find(ids.begin(), ids.end(), seq->req->params.id) == ids.end()) {
       ids.push_back(seq->req->params.id);
     }
-    if (seq->state == Seq::State::kRunning) {
-      Release(*seq);
-      Erase(running_, seq);
-      InsertWaiting(seq);
-    }
+    if (seq->state == Seq::State::kRunning) Requeue(*seq);
   }
   in_flight_.clear();
   return ids;

@@ -4,29 +4,9 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "engine/common/utf8.h"
+
 namespace loom {
-namespace {
-
-// Length of the well-formed UTF-8 sequence at s[i], or 0 when it is ill-formed.
-size_t Utf8Length(std::string_view s, size_t i) {
-  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
-  const unsigned char c = b(0);
-  const auto cont = [&](size_t k) { return i + k < s.size() && (b(k) & 0xC0) == 0x80; };
-  if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
-  if (c >= 0xE0 && c <= 0xEF) {
-    if (!cont(1) || !cont(2)) return 0;
-    if ((c == 0xE0 && b(1) < 0xA0) || (c == 0xED && b(1) > 0x9F)) return 0;
-    return 3;
-  }
-  if (c >= 0xF0 && c <= 0xF4) {
-    if (!cont(1) || !cont(2) || !cont(3)) return 0;
-    if ((c == 0xF0 && b(1) < 0x90) || (c == 0xF4 && b(1) > 0x8F)) return 0;
-    return 4;
-  }
-  return 0;
-}
-
-}  // namespace
 
 void AppendJsonString(std::string_view value, std::string* out) {
   out->push_back('"');
@@ -53,14 +33,9 @@ void AppendJsonString(std::string_view value, std::string* out) {
       ++i;
       continue;
     }
-    const size_t len = Utf8Length(value, i);
-    if (len == 0) {
-      out->append("\xEF\xBF\xBD");
-      ++i;
-    } else {
-      out->append(value.substr(i, len));
-      i += len;
-    }
+    size_t len = 0;
+    AppendUtf8(DecodeUtf8(value, i, &len), out);  // ill-formed bytes become U+FFFD
+    i += len;
   }
   out->push_back('"');
 }

@@ -8,7 +8,7 @@
 //   w.EndObject();
 //   std::string body = std::move(w).Take();
 //
-// Strings are escaped per RFC 8259; bytes that are not well-formed UTF-8 are written as U+FFFD,
+// Strings are escaped per RFC 8259; ill-formed UTF-8 is written as U+FFFD (engine/common/utf8.h),
 // so the output is always valid JSON. Non-finite doubles are written as null. Commas are placed
 // automatically; the caller keeps keys and values alternating inside objects. Not thread-safe.
 #pragma once

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "engine/backend/backend.h"
 #include "kernels/common/dtype.h"
@@ -38,5 +40,13 @@ struct EngineConfig {
   // start); off, pages are touched as blocks are first used.
   bool populate_kv_cache = false;
 };
+
+// The KV cache type a flag or config file names: "bf16", "f16" or "f32"; nullopt otherwise.
+inline std::optional<DType> KvCacheDTypeFromName(std::string_view name) {
+  for (DType d : {DType::kBF16, DType::kF16, DType::kF32}) {
+    if (DTypeName(d) == name) return d;
+  }
+  return std::nullopt;
+}
 
 }  // namespace loom

@@ -53,8 +53,9 @@ CompletionJob::CompletionJob(ServingContext& context, WorkQueue& work, Completio
       params_(std::move(params)),
       prompts_(std::move(prompts)),
       responder_(std::move(responder)),
+      // Unique per job: the counter is taken, not just read.
       id_(StrCat(IsChat(params_) ? "chatcmpl-" : "cmpl-", absl::StrFormat("%x%06x",
-                 static_cast<uint64_t>(std::time(nullptr)), context.next_request_id.load()))),
+                 static_cast<uint64_t>(std::time(nullptr)), context.next_request_id.fetch_add(1)))),
       created_(static_cast<int64_t>(std::time(nullptr))) {
   choices_.resize(prompts_.size() * static_cast<size_t>(params_.n));
 }
@@ -124,7 +125,6 @@ void CompletionJob::StartStreamIfReady() {
     w.EndArray();
     w.EndObject();
     responder_->Write(StrCat("data: ", w.str(), "\n\n"));
-    choices_[i].role_sent = true;
   }
   FlushEarlyOutput();
 }
@@ -165,7 +165,7 @@ void CompletionJob::BeginChunkChoice(JsonWriter& w, int32_t index) const {
   w.Int(index);
 }
 
-void CompletionJob::WriteChunk(int32_t index, const ChoiceEvent& e, std::string text,
+void CompletionJob::WriteChunk(int32_t index, const ChoiceEvent& e, const std::string& text,
                                size_t text_offset) {
   if (text.empty() && e.finish_reason.empty() && e.logprobs.empty()) return;
   JsonWriter w;

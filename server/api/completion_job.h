@@ -27,8 +27,8 @@ namespace loom::api {
 class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
  public:
   struct PromptInfo {
-    std::vector<int32_t> ids;
-    std::string echo_text;  // the prompt's text, prepended when `echo` is set
+    std::vector<int32_t> ids;  // moved into the generation request before the job starts
+    std::string echo_text;     // the prompt's text, prepended when `echo` is set
   };
 
   // Starts a generation per prompt and wires notifications and cancellation.
@@ -43,7 +43,6 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
     std::vector<PositionLogprobs> logprobs;
     std::string finish_reason;
     bool echoed = false;
-    bool role_sent = false;
   };
 
   CompletionJob(ServingContext& context, WorkQueue& work, CompletionParams params,
@@ -54,7 +53,8 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
   void StartStreamIfReady();
   void FlushEarlyOutput();
   // `text_offset`: where `text` starts in the choice's whole text (completions' logprobs).
-  void WriteChunk(int32_t choice, const ChoiceEvent& event, std::string text, size_t text_offset);
+  void WriteChunk(int32_t choice, const ChoiceEvent& event, const std::string& text,
+                  size_t text_offset);
   void Finish();
   // Marks the job over (once): it no longer counts as in flight.
   void End();

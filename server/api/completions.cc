@@ -192,10 +192,10 @@ void HandleCompletion(ServingContext& context, WorkQueue& work, EndpointKind kin
   absl::StatusOr<std::vector<CompletionJob::PromptInfo>> prompts = BuildPrompts(context, *params);
   if (!prompts.ok()) return Reject(context, *responder, prompts.status(), arrival);
   std::vector<GenerationRequest> requests;
-  for (const CompletionJob::PromptInfo& prompt : *prompts) {
+  for (CompletionJob::PromptInfo& prompt : *prompts) {
     absl::StatusOr<GenerationRequest> r = BuildRequest(context, *params, prompt.ids.size());
     if (!r.ok()) return Reject(context, *responder, r.status(), arrival);
-    r->prompt_ids = prompt.ids;
+    r->prompt_ids = std::move(prompt.ids);  // the job keeps only the echo text
     requests.push_back(std::move(*r));
   }
   CompletionJob::Start(context, work, std::move(*params), std::move(*prompts), std::move(requests),

@@ -66,9 +66,7 @@ void Declare(FlagSet& f, GenerateFlags& g) {
 }
 
 absl::StatusOr<DType> ParseKvDType(const std::string& name) {
-  if (name == "bf16") return DType::kBF16;
-  if (name == "f16") return DType::kF16;
-  if (name == "f32") return DType::kF32;
+  if (std::optional<DType> d = KvCacheDTypeFromName(name)) return *d;
   return absl::InvalidArgumentError(StrCat("--kv-dtype: '", name, "' (bf16, f16 or f32)"));
 }
 
@@ -235,7 +233,7 @@ int GenerateCommand(const std::vector<std::string>& args) {
   if (!config.ok()) return fail(config.status());
   absl::StatusOr<std::unique_ptr<LocalExecutor>> executor = LocalExecutor::Create(*config);
   if (!executor.ok()) return fail(executor.status());
-  const TextSupport text = LoadTextSupport((*config).model_dir);
+  const TextSupport text = text::LoadModelText((*config).model_dir);
   absl::StatusOr<std::vector<OfflineRequest>> requests =
       MakeRequests(g, (*executor)->model_info(), text);
   if (!requests.ok()) return fail(requests.status());

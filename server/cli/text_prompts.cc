@@ -6,15 +6,6 @@
 
 namespace loom::cli {
 
-TextSupport LoadTextSupport(const std::string& model_dir) {
-  TextSupport t;
-  absl::StatusOr<std::unique_ptr<text::Tokenizer>> tok = text::Tokenizer::LoadFromDir(model_dir);
-  if (tok.ok()) t.tokenizer = std::move(*tok);
-  absl::StatusOr<text::ChatTemplate> chat = text::ChatTemplate::LoadFromDir(model_dir);
-  if (chat.ok()) t.chat = std::move(*chat);
-  return t;
-}
-
 absl::StatusOr<std::vector<int32_t>> EncodePrompt(const TextSupport& text, std::string_view prompt) {
   if (text.tokenizer == nullptr) {
     return absl::FailedPreconditionError(

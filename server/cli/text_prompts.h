@@ -9,18 +9,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "server/text/chat_template.h"
-#include "server/text/tokenizer/tokenizer.h"
+#include "server/text/model_text.h"
 
 namespace loom::cli {
 
-struct TextSupport {
-  std::unique_ptr<text::Tokenizer> tokenizer;   // null when the folder has no tokenizer.json
-  std::optional<text::ChatTemplate> chat;       // empty when it has no chat template
-};
-
-// Loads what the folder has; a missing tokenizer or template is only an error when asked for.
-TextSupport LoadTextSupport(const std::string& model_dir);
+// What the model folder has (text::LoadModelText); a missing tokenizer or template is only an
+// error when a prompt needs it.
+using TextSupport = text::ModelText;
 
 // Token ids of a text prompt (special tokens added as the tokenizer does).
 absl::StatusOr<std::vector<int32_t>> EncodePrompt(const TextSupport& text, std::string_view prompt);

@@ -197,7 +197,7 @@ class Session : public std::enable_shared_from_this<Session> {
           const ssize_t n = ::recv(self->stream_.socket().native_handle(), &byte, 1,
                                    MSG_PEEK | MSG_DONTWAIT);
           if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-            self->ClientGone();
+            self->Shutdown();
           } else if (n < 0) {
             self->WatchForDisconnect();  // spurious wake-up
           }
@@ -275,7 +275,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void OnWritten(beast::error_code ec, Outgoing::Kind kind) {
     writing_ = false;
     stream_.expires_never();
-    if (ec) return ClientGone();
+    if (ec) return Shutdown();
     if (kind == Outgoing::Kind::kWhole || kind == Outgoing::Kind::kLast) {
       responder_.reset();
       if (!keep_alive_) return Shutdown();
@@ -286,14 +286,7 @@ class Session : public std::enable_shared_from_this<Session> {
     Flush();
   }
 
-  void ClientGone() {
-    if (responder_ != nullptr) {
-      responder_->Cancel();
-      responder_.reset();
-    }
-    Shutdown();
-  }
-
+  // Closes the connection; a response still pending is cancelled (the client is gone).
   void Shutdown() {
     if (closed_) return;
     closed_ = true;

@@ -20,6 +20,7 @@
 #include "server/http/http_server.h"
 #include "server/serving/serving_context.h"
 #include "server/serving/work_queue.h"
+#include "server/text/model_text.h"
 
 namespace loom {
 namespace {
@@ -34,7 +35,8 @@ absl::StatusOr<EngineConfig> MakeEngineConfig(const ServerConfig& c) {
   EngineConfig e;
   e.model_dir = c.model.empty() ? std::string(LOOM_DEFAULT_MODEL_DIR) : c.model;
   LOOM_ASSIGN_OR_RETURN(e.backend, ParseBackendKind(c.backend));
-  e.kv_dtype = c.kv_dtype == "f32" ? DType::kF32 : c.kv_dtype == "f16" ? DType::kF16 : DType::kBF16;
+  // The configuration only accepts the names KvCacheDTypeFromName knows.
+  e.kv_dtype = KvCacheDTypeFromName(c.kv_dtype).value_or(DType::kBF16);
   e.num_threads = static_cast<int>(c.threads);
   e.block_size = static_cast<int32_t>(c.block_size);
   e.kv_cache_bytes = c.kv_cache_mb << 20;
@@ -57,18 +59,16 @@ SchedulerConfig MakeSchedulerConfig(const ServerConfig& c) {
 
 // Loads the text layer; a model without tokenizer or template still serves token ids.
 void LoadText(const std::string& dir, ServingContext& ctx) {
-  absl::StatusOr<std::unique_ptr<text::Tokenizer>> tok = text::Tokenizer::LoadFromDir(dir);
-  if (tok.ok()) {
-    ctx.tokenizer = std::move(*tok);
-  } else {
-    LOOM_LOG(kWarning, "no tokenizer (", tok.status().message(), "): only token-id prompts");
+  text::ModelText t = text::LoadModelText(dir);
+  if (!t.tokenizer_status.ok()) {
+    LOOM_LOG(kWarning, "no tokenizer (", t.tokenizer_status.message(), "): only token-id prompts");
   }
-  absl::StatusOr<text::ChatTemplate> chat = text::ChatTemplate::LoadFromDir(dir);
-  if (chat.ok()) {
-    ctx.chat_template = std::move(*chat);
-  } else {
-    LOOM_LOG(kWarning, "no chat template (", chat.status().message(), "): /v1/chat/completions refused");
+  if (!t.chat_status.ok()) {
+    LOOM_LOG(kWarning, "no chat template (", t.chat_status.message(),
+             "): /v1/chat/completions refused");
   }
+  ctx.tokenizer = std::move(t.tokenizer);
+  ctx.chat_template = std::move(t.chat);
 }
 
 int Run(const std::vector<std::string>& args) {

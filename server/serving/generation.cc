@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "engine/common/logging.h"
 
 namespace loom {
 
@@ -28,7 +27,20 @@ Generation::Generation(ServingContext& context, GenerationRequest request, int64
   r.max_new_tokens = request_.max_tokens;
   for (int32_t t : request_.stop_token_ids) r.stop_token_ids.push_back(TokenId(t));
   if (!request_.ignore_eos) {
-    for (TokenId t : context.model.eos_token_ids) r.stop_token_ids.push_back(t);
+    // End of sequence as config.json/generation_config.json and tokenizer_config.json name it.
+    std::vector<int32_t> eos;
+    for (TokenId t : context.model.eos_token_ids) eos.push_back(t.value());
+    if (context.tokenizer != nullptr) {
+      const std::vector<int32_t>& more = context.tokenizer->eos_token_ids();
+      eos.insert(eos.end(), more.begin(), more.end());
+    }
+    for (int32_t t : eos) {
+      if (t >= 0 && t < context.model.vocab_size &&
+          std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), TokenId(t)) ==
+              r.stop_token_ids.end()) {
+        r.stop_token_ids.push_back(TokenId(t));
+      }
+    }
   }
   if (r.sampling.min_tokens > 0) r.sampling.min_tokens_banned_ids = r.stop_token_ids;
   r.priority = request_.priority;
@@ -54,8 +66,6 @@ Generation::~Generation() {
 void Generation::SetNotifier(std::function<void()> notify) { stream_->SetNotifier(std::move(notify)); }
 
 Generation::Batch Generation::Poll() { return Convert(stream_->Drain()); }
-
-Generation::Batch Generation::Wait(absl::Duration timeout) { return Convert(stream_->Wait(timeout)); }
 
 void Generation::Cancel() {
   if (done_) return;

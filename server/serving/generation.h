@@ -8,7 +8,8 @@
 // it ends, whatever the reason, its timings go to the metrics.
 //
 // Thread safety: Poll and Cancel from one consumer at a time; the notifier runs on the engine
-// loop thread and must only schedule a Poll elsewhere.
+// loop thread and must only schedule a Poll elsewhere. End of sequence is every id the model's
+// config, generation_config.json and tokenizer_config.json name (unless ignore_eos).
 #pragma once
 
 #include <cstdint>
@@ -69,7 +70,6 @@ class Generation {
   ~Generation();
 
   Batch Poll();
-  Batch Wait(absl::Duration timeout);
   void SetNotifier(std::function<void()> notify);
   // The client went away: abort the engine request (its metrics say "abort").
   void Cancel();

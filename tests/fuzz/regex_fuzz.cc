@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "server/text/regex/regex.h"
-#include "server/text/unicode/utf8.h"
+#include "engine/common/utf8.h"
 
 namespace {
 
@@ -50,7 +50,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   absl::StatusOr<loom::text::Regex> regex = loom::text::Regex::Compile(pattern);
   if (!regex.ok()) return 0;
-  const std::string subject = loom::text::SanitizeUtf8(raw_subject);
+  const std::string subject = loom::SanitizeUtf8(raw_subject);
   std::vector<std::pair<size_t, size_t>> spans;
   regex->FindAll(subject, &spans);
   CheckSpans(subject, spans, /*well_formed=*/true);

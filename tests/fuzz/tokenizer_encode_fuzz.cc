@@ -16,7 +16,7 @@
 
 #include "server/text/detokenizer.h"
 #include "server/text/tokenizer/tokenizer.h"
-#include "server/text/unicode/utf8.h"
+#include "engine/common/utf8.h"
 
 namespace {
 
@@ -77,9 +77,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (int32_t id : with_special)
       Check(id >= 0 && id < tok.vocab_size(), "id out of range", f.style);
     const std::string decoded = tok.Decode(ids, false);
-    Check(loom::text::IsValidUtf8(decoded), "decoded text is not UTF-8", f.style);
+    Check(loom::IsValidUtf8(decoded), "decoded text is not UTF-8", f.style);
     if (f.round_trips) {
-      Check(decoded == loom::text::SanitizeUtf8(input), "byte-level round trip", f.style);
+      Check(decoded == loom::SanitizeUtf8(input), "byte-level round trip", f.style);
     }
     loom::text::Detokenizer detok(&tok, {/*skip_special_tokens=*/true, {}});
     std::string streamed;

@@ -11,7 +11,7 @@
 
 #include "server/text/detokenizer.h"
 #include "server/text/tokenizer/tokenizer.h"
-#include "server/text/unicode/utf8.h"
+#include "engine/common/utf8.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view input(reinterpret_cast<const char*>(data), size);
@@ -28,13 +28,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (int32_t id : ids) {
       if (id < 0 || id >= t.vocab_size()) std::abort();
     }
-    if (!loom::text::IsValidUtf8(t.Decode(ids, false))) std::abort();
+    if (!loom::IsValidUtf8(t.Decode(ids, false))) std::abort();
     loom::text::Detokenizer detok(&t, {true, {"wor"}});
     for (int32_t id : ids) detok.Add(id);
     detok.Finish();
   }
   std::vector<int32_t> all;
   for (int32_t id = 0; id < t.vocab_size() && id < 300; ++id) all.push_back(id);
-  if (!loom::text::IsValidUtf8(t.Decode(all, true))) std::abort();
+  if (!loom::IsValidUtf8(t.Decode(all, true))) std::abort();
   return 0;
 }

@@ -313,6 +313,23 @@ TEST(SchedulerTest, AbortingOneChoiceLeavesTheOthers) {
   EXPECT_EQ(scheduler.block_pool().num_free(), 64);
 }
 
+// Choices wait for the first to compute the prompt; if the first ends before that, the others
+// must not wait forever.
+TEST(SchedulerTest, ChoicesRunWhenTheFirstEndsBeforeItsPrompt) {
+  FakeExecutor executor(Model(), Capacity(64));
+  Scheduler scheduler(SchedulerConfig{}, Model(), executor.capacity());
+  std::mt19937 rng(13);
+  SchedRequest r = Request(1, Prompt(rng, 9), 4);
+  r.n = 2;
+  ASSERT_TRUE(scheduler.Add(r).ok());
+  scheduler.AbortChoice(RequestId(1), 0);  // before any step
+  Driver d{scheduler, executor};
+  d.RunToEnd(200);
+  EXPECT_EQ(d.finish[Key(1, 0)], FinishReason::kAbort);
+  EXPECT_EQ(d.finish[Key(1, 1)], FinishReason::kLength);
+  EXPECT_EQ(d.tokens[Key(1, 1)], ExpectedTokens(r.sampling.seed + 1, r.prompt, 4, {}, kVocab));
+}
+
 TEST(SchedulerTest, AdmissionControlAndValidation) {
   SchedulerConfig config;
   config.max_waiting_requests = 2;

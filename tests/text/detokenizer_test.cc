@@ -11,7 +11,7 @@
 
 #include "gtest/gtest.h"
 #include "server/text/tokenizer/tokenizer.h"
-#include "server/text/unicode/utf8.h"
+#include "engine/common/utf8.h"
 
 namespace loom::text {
 namespace {

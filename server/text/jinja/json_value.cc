@@ -8,7 +8,7 @@
 
 #include "engine/common/strings.h"
 #include "server/text/jinja/value.h"
-#include "server/text/unicode/utf8.h"
+#include "engine/common/utf8.h"
 
 namespace loom::text::jinja {
 namespace {

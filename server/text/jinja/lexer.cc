@@ -4,7 +4,7 @@
 #include <cstdlib>
 
 #include "engine/common/strings.h"
-#include "server/text/unicode/utf8.h"
+#include "engine/common/utf8.h"
 
 namespace loom::text::jinja {
 namespace {

@@ -6,7 +6,7 @@
 #include "engine/common/status.h"
 #include "engine/common/strings.h"
 #include "server/text/jinja/interpreter.h"
-#include "server/text/unicode/utf8.h"
+#include "engine/common/utf8.h"
 
 namespace loom::text::jinja {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <utf8proc.h>
 
-#include "server/text/unicode/utf8.h"
+#include "engine/common/utf8.h"
 
 namespace loom::text::jinja::pystr {
 namespace {

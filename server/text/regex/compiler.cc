@@ -6,7 +6,7 @@
 
 #include "absl/status/status.h"
 #include "engine/common/status.h"
-#include "server/text/unicode/utf8.h"
+#include "engine/common/utf8.h"
 
 namespace loom::text::regex_internal {
 namespace {

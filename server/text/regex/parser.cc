@@ -8,7 +8,7 @@
 #include "engine/common/status.h"
 #include "engine/common/strings.h"
 #include "server/text/regex/parser_impl.h"
-#include "server/text/unicode/utf8.h"
+#include "engine/common/utf8.h"
 
 namespace loom::text::regex_internal {
 absl::Status Parser::ErrorAt(std::string_view what, size_t at) const {

@@ -9,7 +9,7 @@
 #include "engine/common/strings.h"
 #include "server/text/tokenizer/bpe_model.h"
 #include "server/text/unicode/unicode.h"
-#include "server/text/unicode/utf8.h"
+#include "engine/common/utf8.h"
 
 namespace loom::text {
 namespace {

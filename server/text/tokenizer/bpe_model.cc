@@ -10,7 +10,7 @@
 #include "absl/strings/string_view.h"
 #include "engine/common/status.h"
 #include "engine/common/strings.h"
-#include "server/text/unicode/utf8.h"
+#include "engine/common/utf8.h"
 
 namespace loom::text {
 namespace {

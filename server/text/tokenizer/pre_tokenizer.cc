@@ -11,7 +11,7 @@
 #include "server/text/tokenizer/byte_level.h"
 #include "server/text/tokenizer/pattern.h"
 #include "server/text/unicode/unicode.h"
-#include "server/text/unicode/utf8.h"
+#include "engine/common/utf8.h"
 
 namespace loom::text {
 namespace {

@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <initializer_list>
 
-#include "server/text/unicode/utf8.h"
+#include "engine/common/utf8.h"
 #include "utf8proc.h"
 
 namespace loom::text {

@@ -1,8 +1,8 @@
-#include "server/text/unicode/utf8.h"
+#include "engine/common/utf8.h"
 
 #include <cstdint>
 
-namespace loom::text {
+namespace loom {
 namespace {
 
 // Length of a sequence from its lead byte; 0 for bytes that cannot start one.
@@ -126,4 +126,4 @@ size_t CompleteUtf8Prefix(std::string_view text) {
   return text.size();
 }
 
-}  // namespace loom::text
+}  // namespace loom

@@ -1,10 +1,10 @@
-#include "server/text/unicode/utf8.h"
+#include "engine/common/utf8.h"
 
 #include <string>
 
 #include "gtest/gtest.h"
 
-namespace loom::text {
+namespace loom {
 namespace {
 
 std::u32string DecodeAll(std::string_view s) {
@@ -61,4 +61,4 @@ TEST(Utf8Test, CompletePrefixStopsBeforeAnUnfinishedCharacter) {
 }
 
 }  // namespace
-}  // namespace loom::text
+}  // namespace loom

@@ -1,7 +1,6 @@
-// UTF-8 decoding and encoding for the text layer.
-//
-// Every text that reaches the tokenizer has passed through DecodeUtf8, so ill-formed input never
-// reaches a lookup table: each maximal ill-formed subpart (Unicode §3.9, the rule Python's
+// UTF-8 decoding and encoding, shared by the text layer (every text that reaches the tokenizer
+// has passed through it, so ill-formed input never reaches a lookup table) and the JSON writer.
+// Each maximal ill-formed subpart (Unicode §3.9, the rule Python's
 // `bytes.decode("utf-8", "replace")` and WHATWG follow) becomes one U+FFFD. Pure functions; any
 // thread.
 #pragma once
@@ -10,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-namespace loom::text {
+namespace loom {
 
 inline constexpr char32_t kReplacementChar = 0xFFFD;
 
@@ -33,4 +32,4 @@ std::string SanitizeUtf8(std::string_view text);
 // bytes arrive. Ill-formed bytes count as complete (they will decode to U+FFFD either way).
 size_t CompleteUtf8Prefix(std::string_view text);
 
-}  // namespace loom::text
+}  // namespace loom
