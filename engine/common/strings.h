@@ -16,6 +16,10 @@
 #include "absl/strings/str_cat.h"
 
 namespace loom {
+
+// A std::string_view as Abseil's string_view (for Abseil APIs on Debian's build, see above).
+inline absl::string_view AbslView(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
 namespace strings_internal {
 
 inline void Append(std::string& out, std::string_view piece) { out.append(piece); }

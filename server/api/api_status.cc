@@ -1,15 +1,13 @@
 #include "server/api/api_status.h"
 
 #include "absl/strings/cord.h"
+#include "engine/common/strings.h"
 #include "server/http/http_server.h"
 
 namespace loom::api {
 namespace {
 constexpr std::string_view kParamPayload = "loom.param";
 }  // namespace
-
-// Debian's Abseil has its own string_view type: convert explicitly.
-absl::string_view AbslView(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
 absl::Status ParamError(std::string_view param, std::string_view message) {
   absl::Status status = absl::InvalidArgumentError(AbslView(message));

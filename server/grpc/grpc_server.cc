@@ -14,6 +14,7 @@
 #include "engine/common/strings.h"
 #include "loom/v1/generation.grpc.pb.h"
 #include "server/api/api_status.h"
+#include "server/api/openai_params.h"
 #include "server/api/router.h"
 #include "server/serving/generation.h"
 
@@ -52,9 +53,14 @@ absl::StatusOr<GenerationRequest> ToGeneration(const ServingContext& ctx,
         StrCat("the prompt (", r.prompt_ids.size(), " tokens) plus max_tokens (", r.max_tokens,
                ") exceeds the model's context of ", ctx.model.max_context_len, " tokens"));
   }
+  const api::ParseLimits limits;  // the same bounds as the HTTP API
   r.n = in.n() > 0 ? in.n() : 1;
-  if (r.n > 128) return absl::InvalidArgumentError("n must be at most 128");
-  if (in.stop_size() > 16) return absl::InvalidArgumentError("at most 16 stop strings");
+  if (r.n > limits.max_n) {
+    return absl::InvalidArgumentError(StrCat("n must be at most ", limits.max_n));
+  }
+  if (in.stop_size() > limits.max_stop_strings) {
+    return absl::InvalidArgumentError(StrCat("at most ", limits.max_stop_strings, " stop strings"));
+  }
   SamplingParams& s = r.sampling;
   const v1::SamplingParams& p = in.sampling();
   if (p.has_temperature()) s.temperature = p.temperature();
@@ -73,7 +79,10 @@ absl::StatusOr<GenerationRequest> ToGeneration(const ServingContext& ctx,
   s.logprobs = in.has_logprobs() ? in.logprobs() : -1;
   LOOM_RETURN_IF_ERROR(ValidateSamplingParams(s, ctx.model.vocab_size));
   for (const std::string& stop : in.stop()) {
-    if (stop.empty()) return absl::InvalidArgumentError("stop strings must not be empty");
+    if (stop.empty() || static_cast<int32_t>(stop.size()) > limits.max_stop_string_bytes) {
+      return absl::InvalidArgumentError(
+          StrCat("stop strings must have 1 to ", limits.max_stop_string_bytes, " bytes"));
+    }
     r.stop.push_back(stop);
   }
   for (int32_t id : in.stop_token_ids()) {

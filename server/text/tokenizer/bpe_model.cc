@@ -19,7 +19,6 @@ uint64_t PairKey(int32_t a, int32_t b) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
 }
 
-absl::string_view AbslView(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
 absl::Status Invalid(const Json& at, std::string_view message) {
   return absl::InvalidArgumentError(StrCat(at.path(), ": ", message));
