@@ -14,8 +14,8 @@
 //   3. Waiting sequences, most important first, while the token budget, the sequence cap and the
 //      free blocks allow: the longest verified cached prefix is reused, the rest of the prompt is
 //      prefilled in chunks. A waiting sequence more important than a running one may preempt it.
-// Choices 1..n-1 of a request wait until choice 0 has prefilled its prompt, then reuse its
-// blocks through the prefix cache (with prefix caching off they prefill on their own).
+// Choices 1..n-1 of a request wait until choice 0 has prefilled its prompt (or has ended), then
+// reuse its blocks through the prefix cache (with prefix caching off they prefill on their own).
 //
 // Admission control bounds the waiting queue by requests and by prompt tokens; Add refuses
 // beyond it with ResourceExhausted (the server answers 503 with Retry-After).
