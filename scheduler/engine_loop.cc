@@ -45,6 +45,11 @@ void EngineLoop::AbortChoice(RequestId id, int32_t index) {
   cv_.notify_one();
 }
 
+void EngineLoop::SetFatalHandler(FatalHandler handler) {
+  std::lock_guard<std::mutex> lock(mu_);
+  fatal_handler_ = std::move(handler);
+}
+
 EngineLoopStats EngineLoop::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;
@@ -62,6 +67,7 @@ void EngineLoop::Stop() {
 void EngineLoop::Run() {
   while (DrainInbox()) {
     if (scheduler_.HasWork()) RunOneStep();
+    if (device_lost_) return;
   }
   // Stopping: everything still here ends as aborted, and the engine lets go of it.
   for (auto& [id, entry] : streams_) scheduler_.Abort(id);
@@ -122,6 +128,10 @@ bool EngineLoop::DrainInbox() {
 void EngineLoop::RunOneStep() {
   StepPlan plan = scheduler_.Schedule(clock_());
   absl::StatusOr<StepResult> result = executor_.Execute(plan);
+  if (!result.ok() && IsFatalDeviceError(result.status())) {
+    FailEverything(result.status());
+    return;
+  }
   if (!result.ok()) {
     FailStep(result.status(), /*engine_ran_plan=*/false);
   } else if (absl::Status s = scheduler_.Update(*result); !s.ok()) {
@@ -151,6 +161,25 @@ void EngineLoop::FailStep(const absl::Status& error, bool engine_ran_plan) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.num_failed_steps;
+}
+
+void EngineLoop::FailEverything(const absl::Status& error) {
+  LOOM_LOG(kError, "device lost, failing every request: ", error.message());
+  device_lost_ = true;
+  for (auto& [id, entry] : streams_) entry.stream->Fail(error);
+  streams_.clear();
+  std::vector<Submission> inbox;
+  FatalHandler handler;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;  // later submissions are refused
+    ++stats_.num_failed_steps;
+    stats_.device_lost = true;
+    inbox.swap(inbox_);
+    handler = fatal_handler_;
+  }
+  for (Submission& s : inbox) s.stream->Fail(error);
+  if (handler) handler(error);
 }
 
 void EngineLoop::Publish(std::vector<ChoiceOutput> outputs) {

@@ -5,7 +5,9 @@
 //
 // The loop never waits on a consumer. When it has nothing to do it sleeps until the inbox gets
 // something. A step the executor fails ends only the requests in that step (their streams get
-// the error); the loop keeps serving the rest.
+// the error); the loop keeps serving the rest. The exception is a fatal device error
+// (IsFatalDeviceError): the device is lost, so every request fails with it, later submissions
+// are refused, the loop stops and calls the fatal handler (loomd exits for its supervisor).
 //
 // Thread safety: Submit, Abort, Stats and Stop may be called from any thread.
 #pragma once
@@ -32,6 +34,7 @@ struct EngineLoopStats {
   int64_t num_steps = 0;
   int64_t num_failed_steps = 0;
   int64_t num_rejected = 0;  // refused at admission
+  bool device_lost = false;  // a fatal device error stopped the loop
   // Time of the last completed step on the loop's clock (liveness).
   int64_t last_step_ms = 0;
 };
@@ -56,6 +59,10 @@ class EngineLoop {
 
   EngineLoopStats Stats() const;
 
+  // Called once, on the loop's thread, after a fatal device error has failed every request.
+  using FatalHandler = std::function<void(const absl::Status&)>;
+  void SetFatalHandler(FatalHandler handler);
+
   // Aborts everything still queued or running and joins the thread. Idempotent.
   void Stop();
 
@@ -70,6 +77,7 @@ class EngineLoop {
   void RunOneStep();
   void Publish(std::vector<ChoiceOutput> outputs);
   void FailStep(const absl::Status& error, bool engine_ran_plan);
+  void FailEverything(const absl::Status& error);
 
   Executor& executor_;
   Clock clock_;
@@ -86,6 +94,8 @@ class EngineLoop {
   std::vector<RequestId> aborts_;
   std::vector<std::pair<RequestId, int32_t>> choice_aborts_;
   bool stopping_ = false;
+  bool device_lost_ = false;  // loop thread only
+  FatalHandler fatal_handler_;
   EngineLoopStats stats_;
 
   std::thread thread_;

@@ -1,10 +1,13 @@
-// Engine benchmark: prefill and decode tokens/s of a checkpoint on the CPU backend, with the
-// machine's measured read bandwidth as the decode roofline. JSON output records the machine,
-// the commit and every setting.
+// Engine benchmark: prefill and decode tokens/s of a checkpoint on the CPU or the CUDA backend,
+// with the measured memory bandwidth as the decode roofline (CPU: the best multi-stream read
+// bandwidth; CUDA: device-to-device copy bandwidth, bytes read plus written) and, for prefill,
+// the matmul FLOP rate (2 x parameters outside the embedding x prompt tokens) against a stated
+// peak. JSON output records the machine, the commit and every setting.
 //
 //   loom_engine_bench make-model --shape llama-1.1b --dtype bf16 --out DIR
-//   loom_engine_bench run --model DIR [--threads 1,2] [--batch 1,8] [--prompt-len 128]
-//                         [--gen-len 32] [--kv-dtype bf16] [--out FILE.json]
+//   loom_engine_bench run --model DIR [--backend cpu|cuda] [--threads 1,2] [--batch 1,8]
+//                         [--prompt-len 128] [--gen-len 32] [--kv-dtype bf16]
+//                         [--max-batched-tokens 2048] [--out FILE.json]
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -18,10 +21,15 @@
 #include "bench/common/memory_bandwidth.h"
 #include "bench/engine/random_checkpoint.h"
 #include "engine/common/file.h"
+#include "engine/common/strings.h"
 #include "engine/runtime/local_executor.h"
 #include "kernels/cpu/cpu_features.h"
 #include "scheduler/offline_batch.h"
 #include "server/cli/flags.h"
+
+#if LOOM_HAS_CUDA
+#include "kernels/cuda/device.h"
+#endif
 
 namespace loom::bench {
 namespace {
@@ -76,10 +84,35 @@ int MakeModel(const std::vector<std::string>& args) {
 }
 
 struct RunSettings {
-  std::string model, kv_dtype = "bf16", out, threads = "2", batches = "1";
-  int64_t prompt_len = 128, gen_len = 32, block_size = 16, repeat = 2;
+  std::string model, kv_dtype = "bf16", out, threads = "2", batches = "1", backend = "cpu";
+  int64_t prompt_len = 128, gen_len = 32, block_size = 16, repeat = 2, max_batched_tokens = 2048;
   bool fast_bf16 = false;
+  // The prefill FLOP ceiling the fraction is taken of (TFLOP/s; 0 = not reported).
+  double peak_tflops = 0;
 };
+
+// The decode roofline's bandwidth for the CUDA backend (GB/s), or 0 without a device.
+double CudaCopyBandwidthGbps(nlohmann::json& report) {
+#if LOOM_HAS_CUDA
+  if (!cuda::CudaDeviceAvailable()) return 0;
+  cuda::CudaDeviceInfo info;
+  if (cuda::QueryCudaDevice(0, &info) == cudaSuccess) {
+    report["device"] = {{"name", info.name},
+                        {"compute_capability", StrCat(info.compute_major, ".", info.compute_minor)},
+                        {"sm_count", info.sm_count},
+                        {"memory_bytes", info.total_memory_bytes},
+                        {"driver", CommandOutput("nvidia-smi --query-gpu=driver_version "
+                                                 "--format=csv,noheader 2>/dev/null")}};
+  }
+  double bytes_per_second = 0;
+  if (cuda::MeasureCopyBandwidth(size_t{2} << 30, 20, &bytes_per_second) != cudaSuccess) return 0;
+  report["device_copy_gb_per_s"] = bytes_per_second / 1e9;
+  return bytes_per_second / 1e9;
+#else
+  (void)report;
+  return 0;
+#endif
+}
 
 // Prefill `batch` prompts of prompt_len tokens, then decode gen_len tokens each (greedy,
 // ignoring EOS). Best of `repeat` runs.
@@ -92,6 +125,9 @@ nlohmann::json RunOne(const RunSettings& s, int threads, int batch, double bandw
   config.max_num_seqs = std::max(batch, 1);
   config.kv_cache_bytes = int64_t{2} << 30;
   config.fast_bf16_matmul = s.fast_bf16;
+  config.max_num_batched_tokens = static_cast<int32_t>(s.max_batched_tokens);
+  config.max_context_len = static_cast<int32_t>(s.prompt_len + s.gen_len + s.block_size);
+  if (s.backend == "cuda") config.backend = BackendKind::kCuda;
   auto executor = LocalExecutor::Create(config);
   if (!executor.ok()) return {{"error", std::string(executor.status().message())}};
   const ModelInfo& info = (*executor)->model_info();
@@ -126,13 +162,23 @@ nlohmann::json RunOne(const RunSettings& s, int threads, int batch, double bandw
   const double decode_tps = best.decode_ms > 0 ? best.decode_tokens * 1000.0 / best.decode_ms : 0;
   const double effective_gbps = step_ms > 0 ? decode_bytes / (step_ms * 1e6) : 0;
   const double roofline_tps = bandwidth * 1e9 / decode_bytes * batch;
-  return {{"threads", threads},
+  const double prefill_tps =
+      best.prefill_ms > 0 ? best.prefill_tokens * 1000.0 / best.prefill_ms : 0;
+  // Matmul FLOPs of a prompt token: 2 per weight outside the embedding table (attention's own
+  // FLOPs, small at these prompt lengths, are not counted).
+  const double prefill_tflops =
+      2.0 * static_cast<double>(info.num_parameters - int64_t{info.vocab_size} * info.hidden_size) *
+      prefill_tps / 1e12;
+  return {{"backend", s.backend},
+          {"threads", threads},
           {"batch", batch},
           {"prompt_len", s.prompt_len},
           {"gen_len", s.gen_len},
           {"prefill_tokens", best.prefill_tokens},
           {"prefill_ms", best.prefill_ms},
-          {"prefill_tokens_per_s", best.prefill_ms > 0 ? best.prefill_tokens * 1000.0 / best.prefill_ms : 0},
+          {"prefill_tokens_per_s", prefill_tps},
+          {"prefill_matmul_tflops", prefill_tflops},
+          {"prefill_fraction_of_peak", s.peak_tflops > 0 ? prefill_tflops / s.peak_tflops : 0},
           {"decode_tokens", best.decode_tokens},
           {"decode_ms", best.decode_ms},
           {"decode_step_ms", step_ms},
@@ -155,11 +201,17 @@ int Run(const std::vector<std::string>& args) {
   flags.Int("block-size", &s.block_size, "tokens per KV block");
   flags.Int("repeat", &s.repeat, "runs per setting; the best is reported");
   flags.Bool("fast-bf16-matmul", &s.fast_bf16, "single-bf16 prefill activations");
+  flags.String("backend", &s.backend, "cpu or cuda");
+  flags.Int("max-batched-tokens", &s.max_batched_tokens, "step token budget (prefill chunk size)");
+  flags.Double("peak-tflops", &s.peak_tflops, "prefill FLOP ceiling to report a fraction of");
   flags.String("out", &s.out, "write the JSON here as well as to stdout");
   std::vector<int32_t> threads, batches;
   absl::Status status = flags.Parse(args);
   if (status.ok()) status = cli::ParseIntList(s.threads, &threads);
   if (status.ok()) status = cli::ParseIntList(s.batches, &batches);
+  if (status.ok() && s.backend != "cpu" && s.backend != "cuda") {
+    status = absl::InvalidArgumentError("--backend must be cpu or cuda");
+  }
   if (!status.ok() || s.model.empty() || flags.help_requested()) {
     std::cerr << (status.ok() ? "" : std::string(status.message()) + "\n") << flags.Help();
     return 2;
@@ -171,10 +223,23 @@ int Run(const std::vector<std::string>& args) {
       {"machine", MachineJson()},
       // The folder's name only: results are committed and must not name a path of the machine.
       {"settings", {{"model", std::string(BaseName(s.model))}, {"kv_dtype", s.kv_dtype},
-                    {"block_size", s.block_size},
+                    {"block_size", s.block_size}, {"backend", s.backend},
+                    {"max_batched_tokens", s.max_batched_tokens}, {"peak_tflops", s.peak_tflops},
                     {"repeat", s.repeat}, {"fast_bf16_matmul", s.fast_bf16}}}};
   nlohmann::json results = nlohmann::json::array();
-  for (int32_t t : threads) {
+  if (s.backend == "cuda") {
+    const double bandwidth = CudaCopyBandwidthGbps(report);
+    if (bandwidth <= 0) {
+      std::cerr << "no CUDA device (or this build has no CUDA backend)\n";
+      return 1;
+    }
+    for (int32_t b : batches) {
+      nlohmann::json one = RunOne(s, 0, b, bandwidth);
+      std::cerr << one.dump() << "\n";
+      results.push_back(std::move(one));
+    }
+  }
+  for (int32_t t : s.backend == "cpu" ? threads : std::vector<int32_t>{}) {
     cpu::ThreadPool pool(t);
     const BandwidthResult bw = MeasureReadBandwidth(pool, int64_t{1} << 30, 10);
     nlohmann::json by_streams;

@@ -4,6 +4,8 @@
 // `capacity` are immutable after construction and may be read from any thread.
 #pragma once
 
+#include <string_view>
+
 #include "absl/status/statusor.h"
 #include "engine/api/model_info.h"
 #include "engine/api/step.h"
@@ -22,5 +24,11 @@ class Executor {
   virtual const ModelInfo& model_info() const = 0;
   virtual const KvCapacity& capacity() const = 0;
 };
+
+// A device failure the process cannot recover from (a sticky CUDA error: the device context is
+// lost, and every later call fails too). Execute returns it marked; the engine loop then fails
+// every request, not only the step's, and stops so that the supervisor restarts the process.
+absl::Status MarkFatalDeviceError(absl::Status status);
+bool IsFatalDeviceError(const absl::Status& status);
 
 }  // namespace loom

@@ -7,9 +7,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "engine/backend/ops.h"
 
@@ -51,8 +53,40 @@ class Backend {
   // Copies between host memory and this backend's memory (plain memcpy on the CPU).
   virtual void CopyToDevice(void* device_dst, const void* host_src, int64_t bytes) = 0;
   virtual void CopyToHost(void* host_dst, const void* device_src, int64_t bytes) = 0;
-  // Waits until all work issued so far has finished; reports a device failure.
+  // Copies within this backend's memory (queued in order with the ops; a memcpy on the CPU).
+  virtual void CopyWithinDevice(void* device_dst, const void* device_src, int64_t bytes) = 0;
+  // Waits until all work issued so far has finished; reports a device failure (marked with
+  // MarkFatalDeviceError, engine/api/executor.h, when the device cannot recover).
   virtual absl::Status Synchronize() = 0;
+
+  // True when the backend's memory is host memory the CPU may address directly (the CPU
+  // backend); false for device memory, reachable only through the copies above.
+  virtual bool host_memory() const = 0;
+
+  // Device memory as the driver reports it; nullopt for host memory.
+  struct MemoryInfo {
+    int64_t free_bytes = 0;
+    int64_t total_bytes = 0;
+  };
+  virtual std::optional<MemoryInfo> DeviceMemory() { return std::nullopt; }
+
+  // Makes this backend's device current on the calling thread (the engine loop calls it at the
+  // start of every step; a no-op where there is no per-thread device state).
+  virtual void BindThread() {}
+
+  // Whether RunGraph replays captured work (CUDA graphs) rather than running it directly.
+  virtual bool supports_graphs() const { return false; }
+  // Runs `enqueue`, which queues device work on this backend through ops() and the copies
+  // above. A backend with graphs captures that work the first time it sees `key` and replays
+  // the capture on later calls with the same key, so the caller must guarantee that `enqueue`
+  // issues identical work (same pointers, sizes and host arguments) for equal keys; only the
+  // contents of device memory may differ. Errors are those of capture and launch; the work's
+  // own errors surface from Synchronize.
+  virtual absl::Status RunGraph(int64_t key, absl::FunctionRef<void()> enqueue) {
+    (void)key;
+    enqueue();
+    return absl::OkStatus();
+  }
 };
 
 enum class BackendKind { kCpu, kCuda };
@@ -64,6 +98,12 @@ struct BackendOptions {
   // CPU: whether prefill matmuls may round activations to bf16 once (faster, ~3 significant
   // digits) instead of the default split-bf16 scheme that matches f32 to ~1e-5.
   bool fast_bf16_matmul = false;
+  // CUDA: the device ordinal.
+  int device = 0;
+  // CPU, for tests: report graph support (RunGraph still runs the work directly), so that the
+  // executor's padded decode batches (the shape of CUDA graph replays) run, and are checked,
+  // on machines without a GPU.
+  bool pretend_graphs = false;
 };
 
 // Creates the backend `options.kind`; Unimplemented when it was not compiled in.

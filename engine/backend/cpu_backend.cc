@@ -86,7 +86,8 @@ void CpuOps::PagedAttention(const PagedAttentionArgs& args) {
 
 CpuBackend::CpuBackend(const BackendOptions& options)
     : ops_(options.num_threads, options.fast_bf16_matmul ? cpu::MatmulPrecision::kBf16
-                                                         : cpu::MatmulPrecision::kHighest) {}
+                                                         : cpu::MatmulPrecision::kHighest),
+      pretend_graphs_(options.pretend_graphs) {}
 
 absl::StatusOr<DeviceBuffer> CpuBackend::Allocate(int64_t bytes) {
   const size_t rounded = (static_cast<size_t>(bytes) + 63) / 64 * 64;
@@ -105,6 +106,10 @@ void CpuBackend::CopyToDevice(void* device_dst, const void* host_src, int64_t by
 
 void CpuBackend::CopyToHost(void* host_dst, const void* device_src, int64_t bytes) {
   std::memcpy(host_dst, device_src, static_cast<size_t>(bytes));
+}
+
+void CpuBackend::CopyWithinDevice(void* device_dst, const void* device_src, int64_t bytes) {
+  std::memmove(device_dst, device_src, static_cast<size_t>(bytes));
 }
 
 }  // namespace loom

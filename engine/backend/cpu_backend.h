@@ -53,10 +53,14 @@ class CpuBackend final : public Backend {
   void Free(void* data, int64_t bytes) override;
   void CopyToDevice(void* device_dst, const void* host_src, int64_t bytes) override;
   void CopyToHost(void* host_dst, const void* device_src, int64_t bytes) override;
+  void CopyWithinDevice(void* device_dst, const void* device_src, int64_t bytes) override;
   absl::Status Synchronize() override { return absl::OkStatus(); }
+  bool host_memory() const override { return true; }
+  bool supports_graphs() const override { return pretend_graphs_; }
 
  private:
   CpuOps ops_;
+  bool pretend_graphs_ = false;
 };
 
 }  // namespace loom

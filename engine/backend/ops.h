@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <span>
 
+#include "absl/status/status.h"
 #include "kernels/common/attention_args.h"
 #include "kernels/common/dtype.h"
 
@@ -39,9 +40,27 @@ struct LinearOutput {
   int64_t out_stride = 0;
 };
 
+// The largest work one step will ask of the ops, known at start-up. A backend that cannot
+// allocate on the step path (CUDA) sizes its workspace from it; others may ignore it.
+struct OpsLimits {
+  int32_t max_num_tokens = 0;   // rows of every per-token op
+  int64_t max_in_features = 0;  // widest Linear input
+  int32_t max_num_seqs = 0;     // sequences in one attention call
+  int32_t num_heads = 0;
+  int32_t head_dim = 0;
+  int32_t max_seq_len = 0;      // longest sequence the KV cache serves
+};
+
 class Ops {
  public:
   virtual ~Ops() = default;
+
+  // Prepares for steps within `limits` (workspace, library handles). Called once before the
+  // first op; a call that does not fit the limits afterwards is a programming error.
+  virtual absl::Status Reserve(const OpsLimits& limits) {
+    (void)limits;
+    return absl::OkStatus();
+  }
 
   // out[t, :] = table[token_ids[t], :].  table: [vocab, dim]; out: [num_tokens, dim].
   virtual void Embedding(const int32_t* token_ids, int32_t num_tokens, const WeightView& table,

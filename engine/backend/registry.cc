@@ -3,6 +3,10 @@
 #include "engine/backend/cpu_backend.h"
 #include "engine/common/strings.h"
 
+#if LOOM_HAS_CUDA
+#include "engine/backend/cuda/cuda_backend.h"
+#endif
+
 namespace loom {
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
@@ -31,8 +35,11 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& opt
       return std::unique_ptr<Backend>(new CpuBackend(options));
     case BackendKind::kCuda:
 #if LOOM_HAS_CUDA
-      return absl::UnimplementedError(
-          "the CUDA backend's model execution is not available yet; use --backend=cpu");
+    {
+      absl::StatusOr<std::unique_ptr<CudaBackend>> cuda = CudaBackend::Create(options);
+      if (!cuda.ok()) return cuda.status();
+      return std::unique_ptr<Backend>(std::move(*cuda));
+    }
 #else
       return absl::UnimplementedError(
           "this build of loom has no CUDA backend (configure with -DLOOM_CUDA=ON)");

@@ -15,7 +15,8 @@ int64_t KvPoolShape::BytesPerBlock() const {
 }
 
 absl::StatusOr<std::unique_ptr<KvPool>> KvPool::Create(const KvPoolShape& shape,
-                                                       int32_t num_blocks, bool populate) {
+                                                       int32_t num_blocks, Backend& backend,
+                                                       bool populate) {
   if (shape.num_layers <= 0 || shape.num_kv_heads <= 0 || shape.head_dim <= 0 ||
       shape.block_size <= 0 || num_blocks <= 0) {
     return absl::InvalidArgumentError(StrCat(
@@ -28,6 +29,17 @@ absl::StatusOr<std::unique_ptr<KvPool>> KvPool::Create(const KvPoolShape& shape,
         StrCat("KV pool: unsupported cache dtype ", DTypeName(shape.dtype)));
   }
   const int64_t total = shape.BytesPerBlock() * num_blocks;
+  if (!backend.host_memory()) {
+    absl::StatusOr<DeviceBuffer> buffer = backend.Allocate(total);
+    if (!buffer.ok()) {
+      return absl::ResourceExhaustedError(StrCat("KV pool: ", num_blocks, " blocks (", total,
+                                                 " bytes): ", buffer.status().message()));
+    }
+    void* memory = buffer->data();
+    std::unique_ptr<KvPool> pool(new KvPool(shape, num_blocks, backend, memory, total));
+    pool->device_memory_ = std::move(*buffer);
+    return pool;
+  }
   // Anonymous mappings are zero-filled and page-aligned; large pools get transparent huge pages.
   // With `populate` every page is faulted in now: the memory is committed at start-up (a server
   // fails there, not mid-request, when it cannot have it) and resident memory stays flat after.
@@ -39,17 +51,21 @@ absl::StatusOr<std::unique_ptr<KvPool>> KvPool::Create(const KvPoolShape& shape,
                      std::strerror(errno)));
   }
   madvise(memory, static_cast<size_t>(total), MADV_HUGEPAGE);
-  return std::unique_ptr<KvPool>(new KvPool(shape, num_blocks, memory, total));
+  return std::unique_ptr<KvPool>(new KvPool(shape, num_blocks, backend, memory, total));
 }
 
-KvPool::KvPool(const KvPoolShape& shape, int32_t num_blocks, void* memory, int64_t total_bytes)
-    : shape_(shape),
+KvPool::KvPool(const KvPoolShape& shape, int32_t num_blocks, Backend& backend, void* memory,
+               int64_t total_bytes)
+    : backend_(backend),
+      shape_(shape),
       num_blocks_(num_blocks),
       memory_(memory),
       total_bytes_(total_bytes),
       layer_bytes_(total_bytes / (2 * shape.num_layers)) {}
 
-KvPool::~KvPool() { munmap(memory_, static_cast<size_t>(total_bytes_)); }
+KvPool::~KvPool() {
+  if (device_memory_.data() == nullptr) munmap(memory_, static_cast<size_t>(total_bytes_));
+}
 
 PagedKvView KvPool::Layer(int32_t layer) const {
   LOOM_CHECK(layer >= 0 && layer < shape_.num_layers, "layer ", layer);
@@ -74,8 +90,8 @@ void KvPool::CopyBlock(BlockId src, BlockId dst) {
     const PagedKvView view = Layer(layer);
     for (void* base : {view.k, view.v}) {
       char* bytes = static_cast<char*>(base);
-      std::memcpy(bytes + dst.value() * block_bytes, bytes + src.value() * block_bytes,
-                  static_cast<size_t>(block_bytes));
+      backend_.CopyWithinDevice(bytes + dst.value() * block_bytes,
+                                bytes + src.value() * block_bytes, block_bytes);
     }
   }
 }

@@ -2,8 +2,10 @@
 // for every layer and KV head (shared/ARCHITECTURE.md §4).
 //
 // Layout per layer (kernels/common/attention_args.h): k, v: [num_blocks, num_kv_heads,
-// block_size, head_dim] in the pool's dtype. Blocks are addressed by BlockId; which sequence
-// owns a block is the scheduler's business, not the pool's. Host memory for the CPU backend.
+// block_size, head_dim] in the pool's dtype, the layers one after another (layer l's K, then its
+// V). Blocks are addressed by BlockId; which sequence owns a block is the scheduler's business,
+// not the pool's. Host memory (an anonymous mapping) for a backend whose memory is host memory,
+// one allocation of the backend's device memory otherwise.
 // Thread safety: none; the engine loop owns the pool.
 #pragma once
 
@@ -13,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/api/ids.h"
+#include "engine/backend/backend.h"
 #include "kernels/common/attention_args.h"
 
 namespace loom {
@@ -30,10 +33,11 @@ struct KvPoolShape {
 
 class KvPool {
  public:
-  // Allocates `num_blocks` blocks (zero-filled). Fails cleanly when the memory is not there.
-  // With `populate`, every page is faulted in now (see kv_pool.cc).
+  // Allocates `num_blocks` blocks (zero-filled) in `backend`'s memory; the backend must outlive
+  // the pool. Fails cleanly when the memory is not there. With `populate` (host memory), every
+  // page is faulted in now (see kv_pool.cc).
   static absl::StatusOr<std::unique_ptr<KvPool>> Create(const KvPoolShape& shape,
-                                                        int32_t num_blocks,
+                                                        int32_t num_blocks, Backend& backend,
                                                         bool populate = false);
   ~KvPool();
   KvPool(const KvPool&) = delete;
@@ -46,12 +50,15 @@ class KvPool {
   // The cache of one layer, as the attention kernels take it.
   PagedKvView Layer(int32_t layer) const;
 
-  // Copies block `src` to `dst` in every layer (K and V).
+  // Copies block `src` to `dst` in every layer (K and V), queued on the backend.
   void CopyBlock(BlockId src, BlockId dst);
 
  private:
-  KvPool(const KvPoolShape& shape, int32_t num_blocks, void* memory, int64_t total_bytes);
+  KvPool(const KvPoolShape& shape, int32_t num_blocks, Backend& backend, void* memory,
+         int64_t total_bytes);
 
+  Backend& backend_;
+  DeviceBuffer device_memory_;  // empty for host memory (memory_ is then a mapping)
   KvPoolShape shape_;
   int32_t num_blocks_;
   void* memory_;

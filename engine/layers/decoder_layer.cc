@@ -45,6 +45,9 @@ void AttentionBlock(Ops& ops, const ModelConfig& c, const DecoderLayerWeights& w
   // head_dim ** -0.5 as the reference computes it (in double, then used as an f32 scalar).
   attn.scale = static_cast<float>(std::pow(static_cast<double>(c.head_dim), -0.5));
   attn.sliding_window = c.layer_sliding_window[layer];
+  attn.num_tokens = tokens;
+  attn.min_query_len = batch.min_query_len;
+  attn.max_query_len = batch.max_query_len;
   ops.PagedAttention(attn);
 
   const LinearOutput o[] = {{&w.o_proj, delta, c.hidden_size}};

@@ -51,13 +51,21 @@ absl::Status DecoderModel::Allocate() {
   return absl::OkStatus();
 }
 
-void DecoderModel::Forward(const StepBatch& batch, KvPool& kv) {
+absl::Status DecoderModel::Forward(const StepBatch& batch, KvPool& kv, int64_t graph_key) {
   LOOM_CHECK(batch.num_tokens > 0 && batch.num_tokens <= max_num_tokens_, "step of ",
              batch.num_tokens, " tokens, at most ", max_num_tokens_);
+  num_tokens_ = batch.num_tokens;
+  if (graph_key < 0) {
+    EnqueueForward(batch, kv);
+    return absl::OkStatus();
+  }
+  return backend_.RunGraph(graph_key, [&] { EnqueueForward(batch, kv); });
+}
+
+void DecoderModel::EnqueueForward(const StepBatch& batch, KvPool& kv) {
   Ops& ops = backend_.ops();
   const ModelConfig& c = config_;
   const int32_t tokens = batch.num_tokens;
-  num_tokens_ = tokens;
   ops.Embedding(batch.token_ids, tokens, weights_.embed_tokens, residual_);
   for (int32_t l = 0; l < c.num_layers; ++l) {
     const DecoderLayerWeights& w = weights_.layers[l];

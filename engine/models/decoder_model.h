@@ -37,9 +37,13 @@ class DecoderModel {
   int32_t max_num_tokens() const { return max_num_tokens_; }
   int32_t max_logit_rows() const { return max_logit_rows_; }
 
-  // Runs the embedding and every layer for the batch (writing its K/V into `kv`), leaving the
-  // final hidden state of every token for Logits. batch.num_tokens <= max_num_tokens.
-  void Forward(const StepBatch& batch, KvPool& kv);
+  // Queues the embedding and every layer for the batch (writing its K/V into `kv`), leaving the
+  // final hidden state of every token for Logits. batch.num_tokens <= max_num_tokens. With
+  // graph_key >= 0 the work goes through Backend::RunGraph under that key: the caller promises
+  // that every batch it passes with one key has the same shape and device pointers. Returns
+  // the capture or launch error of a graph; the ops' own errors come from the backend's
+  // Synchronize.
+  absl::Status Forward(const StepBatch& batch, KvPool& kv, int64_t graph_key = -1);
 
   // Logits of the given hidden rows of the last Forward, in the backend's memory:
   // [rows.size(), vocab]. rows.size() <= max_logit_rows. Valid until the next call.
@@ -49,6 +53,7 @@ class DecoderModel {
   DecoderModel(const ModelConfig& config, DecoderWeights weights, Backend& backend,
                int32_t max_num_tokens, int32_t max_logit_rows);
   absl::Status Allocate();
+  void EnqueueForward(const StepBatch& batch, KvPool& kv);
 
   ModelConfig config_;
   DecoderWeights weights_;

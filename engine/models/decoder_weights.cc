@@ -1,5 +1,7 @@
 #include "engine/models/decoder_weights.h"
 
+#include <map>
+
 #include "engine/common/status.h"
 #include "engine/common/strings.h"
 
@@ -116,6 +118,68 @@ absl::StatusOr<DecoderWeights> BindDecoderWeights(const ModelConfig& c,
   w.final_norm = bind.Tensor("model.norm.weight");
   w.lm_head.weight = c.tie_word_embeddings ? w.embed_tokens : bind.Tensor("lm_head.weight");
   return w;
+}
+
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+// Every pointer of the weights that refers to host memory, with its size in bytes.
+struct HostTensor {
+  const void** data;
+  int64_t bytes;
+};
+
+void CollectView(WeightView& view, std::vector<HostTensor>& out) {
+  if (view.data == nullptr) return;
+  out.push_back({&view.data, view.rows * view.cols * static_cast<int64_t>(DTypeSize(view.dtype))});
+}
+
+void CollectLinear(LinearWeight& linear, std::vector<HostTensor>& out) {
+  CollectView(linear.weight, out);
+  if (linear.bias != nullptr) {
+    out.push_back({reinterpret_cast<const void**>(&linear.bias),
+                   linear.weight.rows * static_cast<int64_t>(sizeof(float))});
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> MoveDecoderWeightsTo(Backend& backend, DecoderWeights& weights) {
+  if (backend.host_memory()) return 0;
+  std::vector<HostTensor> tensors;
+  CollectView(weights.embed_tokens, tensors);
+  for (DecoderLayerWeights& layer : weights.layers) {
+    CollectView(layer.input_norm, tensors);
+    for (LinearWeight* linear : {&layer.q_proj, &layer.k_proj, &layer.v_proj, &layer.o_proj,
+                                 &layer.gate_proj, &layer.up_proj, &layer.down_proj}) {
+      CollectLinear(*linear, tensors);
+    }
+    CollectView(layer.q_norm, tensors);
+    CollectView(layer.k_norm, tensors);
+    CollectView(layer.post_attention_norm, tensors);
+  }
+  CollectView(weights.final_norm, tensors);
+  CollectLinear(weights.lm_head, tensors);
+
+  // One device copy per distinct host address, each at a 256-byte boundary.
+  std::map<const void*, int64_t> offsets;
+  int64_t total = 0;
+  for (const HostTensor& t : tensors) {
+    if (offsets.emplace(*t.data, total).second) total += (t.bytes + 255) / 256 * 256;
+  }
+  LOOM_ASSIGN_OR_RETURN(DeviceBuffer storage, backend.Allocate(total));
+  char* base = storage.as<char>();
+  std::map<const void*, bool> copied;
+  for (const HostTensor& t : tensors) {
+    const int64_t offset = offsets.at(*t.data);
+    if (copied.emplace(*t.data, true).second) backend.CopyToDevice(base + offset, *t.data, t.bytes);
+  }
+  for (const HostTensor& t : tensors) *t.data = base + offsets.at(*t.data);
+  LOOM_RETURN_IF_ERROR(backend.Synchronize());
+  weights.device_storage = std::move(storage);
+  return total;
 }
 
 }  // namespace loom

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/backend/backend.h"
 #include "engine/backend/ops.h"
 #include "engine/models/model_config.h"
 #include "engine/weights/checkpoint.h"
@@ -38,6 +39,8 @@ struct DecoderWeights {
   LinearWeight lm_head;  // the embedding when tied
   // f32 copies of the bias tensors that LinearWeight::bias points into.
   std::vector<std::unique_ptr<float[]>> bias_storage;
+  // Set by MoveDecoderWeightsTo: the backend memory every pointer above then points into.
+  DeviceBuffer device_storage;
 };
 
 // What an architecture expects to find in its checkpoint, with exact shapes.
@@ -48,5 +51,11 @@ std::vector<ExpectedTensor> ExpectedDecoderTensors(const ModelConfig& config);
 absl::StatusOr<DecoderWeights> BindDecoderWeights(const ModelConfig& config,
                                                   const Checkpoint& checkpoint,
                                                   std::vector<std::string>* unexpected);
+
+// For a backend with device memory: copies every tensor `weights` points at (each once: a tied
+// LM head shares the embedding) into one allocation of `backend` and repoints the views there,
+// after which the checkpoint may be closed. Returns the bytes copied. A backend whose memory is
+// host memory keeps the checkpoint's mapping (nothing is copied; returns 0).
+absl::StatusOr<int64_t> MoveDecoderWeightsTo(Backend& backend, DecoderWeights& weights);
 
 }  // namespace loom

@@ -36,6 +36,18 @@ struct EngineConfig {
   bool fast_bf16_matmul = false;
   // Fault the weights into memory at load, so the first step is not slowed by page faults.
   bool populate_weights = true;
+  // CUDA: the device ordinal.
+  int device = 0;
+  // CUDA: the fraction of the device's memory loom may use in all (weights, activations,
+  // workspace, KV cache); the KV cache gets what the rest leaves, unless num_kv_blocks is set.
+  // kv_cache_bytes is the CPU backend's setting and does not apply.
+  double gpu_memory_utilization = 0.9;
+  // CUDA: replay decode steps (every sequence computing one token) as CUDA graphs, one per
+  // padded batch size up to max_num_seqs.
+  bool cuda_graphs = true;
+  // For tests: the CPU backend pads decode steps as if it replayed graphs (BackendOptions::
+  // pretend_graphs).
+  bool cpu_pretend_graphs = false;
   // Fault the whole KV cache into memory at load (a server's steady resident size from the
   // start); off, pages are touched as blocks are first used.
   bool populate_kv_cache = false;

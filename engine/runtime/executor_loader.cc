@@ -1,6 +1,7 @@
 // LocalExecutor::Create: from a model folder to a ready executor.
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "engine/backend/cpu_backend.h"
 #include "engine/common/file.h"
@@ -38,6 +39,10 @@ absl::Status CheckEngineConfig(const EngineConfig& c) {
   if (c.max_num_batched_tokens < 1 || c.max_num_seqs < 1 || c.max_logit_rows < 1) {
     return absl::InvalidArgumentError(
         "max_num_batched_tokens, max_num_seqs and max_logit_rows must be positive");
+  }
+  if (!(c.gpu_memory_utilization > 0.0 && c.gpu_memory_utilization <= 1.0)) {
+    return absl::InvalidArgumentError(StrCat("gpu_memory_utilization must be in (0, 1], got ",
+                                             c.gpu_memory_utilization));
   }
   if (c.num_kv_blocks < 0 || c.kv_cache_bytes < 0 || c.max_context_len < 0 || c.num_threads < 0) {
     return absl::InvalidArgumentError("KV cache size, context length and threads must be >= 0");
@@ -103,7 +108,17 @@ absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(const Engin
   backend_options.kind = config.backend;
   backend_options.num_threads = config.num_threads;
   backend_options.fast_bf16_matmul = config.fast_bf16_matmul;
+  backend_options.device = config.device;
+  backend_options.pretend_graphs = config.cpu_pretend_graphs;
   LOOM_ASSIGN_OR_RETURN(ex->backend_, CreateBackend(backend_options));
+  LOOM_ASSIGN_OR_RETURN(const int64_t device_weight_bytes,
+                        MoveDecoderWeightsTo(*ex->backend_, weights));
+  if (device_weight_bytes > 0) {
+    // Every view now points into device memory; the mapping of the files is no longer needed.
+    ex->checkpoint_.reset();
+    LOOM_LOG(kInfo, "weights: ", device_weight_bytes >> 20, " MiB copied to ",
+             ex->backend_->name());
+  }
   if (auto* cpu = dynamic_cast<CpuBackend*>(ex->backend_.get())) {
     ex->host_pool_ = &cpu->cpu_ops().pool();
   } else {
@@ -117,6 +132,31 @@ absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(const Engin
                                                          *ex->backend_, max_tokens,
                                                          std::min(config.max_logit_rows, max_tokens)));
   ex->rope_ = std::make_unique<RopeTable>(model_config.rope, model_config.head_dim);
+  const int32_t blocks_per_seq =
+      (ex->info_.max_context_len + config.block_size - 1) / config.block_size;
+  OpsLimits limits;
+  limits.max_num_tokens = max_tokens;
+  limits.max_in_features = std::max<int64_t>(
+      {model_config.hidden_size, model_config.q_dim(), model_config.intermediate_size});
+  // Every sequence of a step computes at least one token.
+  limits.max_num_seqs = std::min(config.max_num_seqs, max_tokens);
+  limits.num_heads = model_config.num_heads;
+  limits.head_dim = model_config.head_dim;
+  limits.max_seq_len = blocks_per_seq * config.block_size;
+  LOOM_RETURN_IF_ERROR(ex->backend_->ops().Reserve(limits));
+  LOOM_RETURN_IF_ERROR(ex->AllocateStepInputs(
+      max_tokens, limits.max_num_seqs, blocks_per_seq));
+  if (ex->backend_->supports_graphs() && config.cuda_graphs) {
+    // Powers of two to 8, then every multiple of 8 (a padded row costs little next to a
+    // separate graph per size), up to what one step may hold.
+    const int32_t largest = std::min(config.max_num_seqs, max_tokens);
+    for (int32_t b = 1; b <= largest; b = b < 8 ? b * 2 : b + 8) {
+      ex->graph_batch_sizes_.push_back(b);
+    }
+    if (ex->graph_batch_sizes_.empty() || ex->graph_batch_sizes_.back() != largest) {
+      ex->graph_batch_sizes_.push_back(largest);
+    }
+  }
 
   KvPoolShape shape;
   shape.num_layers = model_config.num_layers;
@@ -125,17 +165,30 @@ absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(const Engin
   shape.block_size = config.block_size;
   shape.dtype = config.kv_dtype;
   int64_t num_blocks = config.num_kv_blocks;
-  if (num_blocks == 0) num_blocks = config.kv_cache_bytes / shape.BytesPerBlock();
+  int64_t kv_budget = config.kv_cache_bytes;
+  if (std::optional<Backend::MemoryInfo> memory = ex->backend_->DeviceMemory()) {
+    // What the device may hold in all, less what is in use now (weights, activations,
+    // workspace, other processes), less room for graphs and library state.
+    constexpr int64_t kHeadroomBytes = int64_t{512} << 20;
+    const int64_t used = memory->total_bytes - memory->free_bytes;
+    kv_budget = static_cast<int64_t>(config.gpu_memory_utilization *
+                                     static_cast<double>(memory->total_bytes)) -
+                used - kHeadroomBytes;
+    LOOM_LOG(kInfo, "device memory: ", memory->total_bytes >> 20, " MiB, ", used >> 20,
+             " MiB in use; gpu_memory_utilization ", config.gpu_memory_utilization, " leaves ",
+             std::max<int64_t>(kv_budget, 0) >> 20, " MiB for the KV cache");
+  }
+  if (num_blocks == 0) num_blocks = std::max<int64_t>(kv_budget, 0) / shape.BytesPerBlock();
   // More blocks than max_num_seqs full-length sequences could use is wasted memory.
-  const int64_t blocks_per_seq = (ex->info_.max_context_len + config.block_size - 1) / config.block_size;
-  num_blocks = std::min({num_blocks, blocks_per_seq * config.max_num_seqs, int64_t{INT32_MAX}});
+  num_blocks = std::min({num_blocks, int64_t{blocks_per_seq} * config.max_num_seqs,
+                         int64_t{INT32_MAX}});
   if (num_blocks < 1) {
-    return absl::InvalidArgumentError(StrCat("KV cache of ", config.kv_cache_bytes,
+    return absl::InvalidArgumentError(StrCat("KV cache of ", kv_budget,
                                              " bytes holds no block of ", shape.BytesPerBlock(),
                                              " bytes"));
   }
   LOOM_ASSIGN_OR_RETURN(ex->kv_, KvPool::Create(shape, static_cast<int32_t>(num_blocks),
-                                                config.populate_kv_cache));
+                                                *ex->backend_, config.populate_kv_cache));
 
   ex->capacity_.num_blocks = static_cast<int32_t>(num_blocks);
   ex->capacity_.block_size = config.block_size;

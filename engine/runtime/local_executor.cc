@@ -21,25 +21,33 @@ LocalExecutor::~LocalExecutor() = default;
 
 absl::StatusOr<StepResult> LocalExecutor::Execute(const StepPlan& plan) {
   const auto start = std::chrono::steady_clock::now();
+  backend_->BindThread();
   LOOM_RETURN_IF_ERROR(Validate(plan));
   Apply(plan);
   StepResult result;
   result.step_id = plan.step_id;
   result.outputs.resize(entries_.size());
   for (size_t i = 0; i < entries_.size(); ++i) result.outputs[i].seq_id = entries_[i].seq_id;
-  if (entries_.empty()) return result;
+  if (entries_.empty()) {
+    // Block copies are queued on the backend; they must land before the next step reads them.
+    if (!plan.block_copies.empty()) LOOM_RETURN_IF_ERROR(backend_->Synchronize());
+    return result;
+  }
 
-  const StepBatch batch = BuildBatch();
-  result.num_tokens_computed = batch.num_tokens;
+  const int32_t graph_batch = GraphBatchSize();
+  const StepBatch batch = BuildBatch(graph_batch);
+  const int32_t num_padding = graph_batch > 0 ? graph_batch - int32_t(entries_.size()) : 0;
+  result.num_tokens_computed = batch.num_tokens - num_padding;
   result.timings.prepare_ms = MillisSince(start);
   const auto forward_start = std::chrono::steady_clock::now();
-  model_->Forward(batch, *kv_);
+  LOOM_RETURN_IF_ERROR(model_->Forward(batch, *kv_, graph_batch > 0 ? graph_batch : -1));
   LOOM_RETURN_IF_ERROR(backend_->Synchronize());
   result.timings.forward_ms = MillisSince(forward_start);
 
   const auto sample_start = std::chrono::steady_clock::now();
   CollectLogitRequests();
   RunLogitRequests(result.outputs);
+  LOOM_RETURN_IF_ERROR(backend_->Synchronize());
   // Advance every sequence; sampled tokens join its tokens for the next step.
   for (size_t i = 0; i < entries_.size(); ++i) {
     Sequence& seq = *entries_[i].seq;
@@ -48,6 +56,16 @@ absl::StatusOr<StepResult> LocalExecutor::Execute(const StepPlan& plan) {
   }
   result.timings.sample_ms = MillisSince(sample_start);
   return result;
+}
+
+int32_t LocalExecutor::GraphBatchSize() const {
+  if (graph_batch_sizes_.empty()) return 0;
+  for (const Entry& e : entries_) {
+    if (e.num_scheduled != 1) return 0;
+  }
+  const auto it = std::lower_bound(graph_batch_sizes_.begin(), graph_batch_sizes_.end(),
+                                   static_cast<int32_t>(entries_.size()));
+  return it == graph_batch_sizes_.end() ? 0 : *it;
 }
 
 void LocalExecutor::Apply(const StepPlan& plan) {
@@ -71,7 +89,7 @@ void LocalExecutor::Apply(const StepPlan& plan) {
   }
 }
 
-StepBatch LocalExecutor::BuildBatch() {
+StepBatch LocalExecutor::BuildBatch(int32_t graph_batch) {
   const int32_t block_size = capacity_.block_size;
   token_ids_.clear();
   positions_.clear();
@@ -79,6 +97,7 @@ StepBatch LocalExecutor::BuildBatch() {
   seq_lens_.clear();
   query_start_.assign(1, 0);
   int32_t max_blocks = 1;
+  int32_t min_query = INT32_MAX, max_query = 0;
   for (Entry& e : entries_) {
     e.first_row = static_cast<int32_t>(token_ids_.size());
     const Sequence& seq = *e.seq;
@@ -91,8 +110,24 @@ StepBatch LocalExecutor::BuildBatch() {
     query_start_.push_back(static_cast<int32_t>(token_ids_.size()));
     seq_lens_.push_back(end);
     max_blocks = std::max(max_blocks, (end + block_size - 1) / block_size);
+    min_query = std::min(min_query, e.num_scheduled);
+    max_query = std::max(max_query, e.num_scheduled);
   }
-  block_tables_.assign(entries_.size() * max_blocks, 0);
+  int32_t num_seqs = static_cast<int32_t>(entries_.size());
+  if (graph_batch > 0) {
+    // A replayed graph has one shape per batch size: pad with one-token sequences that write no
+    // K/V (slot -1) and attend to one key of block 0, and use the full block-table width.
+    for (; num_seqs < graph_batch; ++num_seqs) {
+      token_ids_.push_back(0);
+      positions_.push_back(0);
+      slots_.push_back(-1);
+      query_start_.push_back(static_cast<int32_t>(token_ids_.size()));
+      seq_lens_.push_back(1);
+    }
+    max_blocks = inputs_.max_blocks_per_seq;
+    min_query = max_query = 1;
+  }
+  block_tables_.assign(size_t(num_seqs) * max_blocks, 0);
   for (size_t s = 0; s < entries_.size(); ++s) {
     const std::vector<int32_t>& table = entries_[s].seq->block_table;
     const size_t used = std::min<size_t>(table.size(), max_blocks);
@@ -104,39 +139,54 @@ StepBatch LocalExecutor::BuildBatch() {
   rope_sin_.resize(size_t(num_tokens) * half);
   rope_->Fill(positions_.data(), num_tokens, rope_cos_.data(), rope_sin_.data());
 
-  // Copy everything into one backend buffer (a memcpy on the CPU backend).
-  struct Part { const void* data; int64_t bytes; };
-  const Part parts[] = {
-      {token_ids_.data(), int64_t(token_ids_.size() * 4)}, {slots_.data(), int64_t(slots_.size() * 4)},
-      {rope_cos_.data(), int64_t(rope_cos_.size() * 4)},   {rope_sin_.data(), int64_t(rope_sin_.size() * 4)},
-      {query_start_.data(), int64_t(query_start_.size() * 4)}, {seq_lens_.data(), int64_t(seq_lens_.size() * 4)},
-      {block_tables_.data(), int64_t(block_tables_.size() * 4)}};
-  int64_t total = 0;
-  for (const Part& part : parts) total += (part.bytes + 63) / 64 * 64;
-  if (device_inputs_.bytes() < total) {
-    absl::StatusOr<DeviceBuffer> buffer = backend_->Allocate(total * 2);
-    LOOM_CHECK(buffer.ok(), "step inputs: ", buffer.status().message());
-    device_inputs_ = std::move(*buffer);
-  }
-  const void* device[7];
-  char* next = device_inputs_.as<char>();
-  for (size_t i = 0; i < 7; ++i) {
-    backend_->CopyToDevice(next, parts[i].data, parts[i].bytes);
-    device[i] = next;
-    next += (parts[i].bytes + 63) / 64 * 64;
-  }
+  // Each part goes to its fixed place in the inputs buffer (fixed, so graphs see one address).
+  LOOM_CHECK(num_tokens <= inputs_.max_tokens && num_seqs <= inputs_.max_seqs &&
+                 max_blocks <= inputs_.max_blocks_per_seq,
+             "step inputs beyond the sizes allocated at start");
+  char* base = device_inputs_.as<char>();
+  auto put = [&](int64_t offset, const auto& host) {
+    backend_->CopyToDevice(base + offset, host.data(),
+                           static_cast<int64_t>(host.size() * sizeof(host[0])));
+    return reinterpret_cast<decltype(host.data())>(base + offset);
+  };
   StepBatch batch;
   batch.num_tokens = num_tokens;
-  batch.token_ids = static_cast<const int32_t*>(device[0]);
-  batch.slot_mapping = static_cast<const int32_t*>(device[1]);
-  batch.rope_cos = static_cast<const float*>(device[2]);
-  batch.rope_sin = static_cast<const float*>(device[3]);
-  batch.num_seqs = static_cast<int32_t>(entries_.size());
-  batch.query_start = static_cast<const int32_t*>(device[4]);
-  batch.seq_lens = static_cast<const int32_t*>(device[5]);
-  batch.block_tables = static_cast<const int32_t*>(device[6]);
+  batch.token_ids = put(inputs_.token_ids, token_ids_);
+  batch.slot_mapping = put(inputs_.slots, slots_);
+  batch.rope_cos = put(inputs_.rope_cos, rope_cos_);
+  batch.rope_sin = put(inputs_.rope_sin, rope_sin_);
+  batch.num_seqs = num_seqs;
+  batch.query_start = put(inputs_.query_start, query_start_);
+  batch.seq_lens = put(inputs_.seq_lens, seq_lens_);
+  batch.block_tables = put(inputs_.block_tables, block_tables_);
   batch.max_blocks_per_seq = max_blocks;
+  batch.min_query_len = min_query;
+  batch.max_query_len = max_query;
   return batch;
+}
+
+absl::Status LocalExecutor::AllocateStepInputs(int32_t max_tokens, int32_t max_seqs,
+                                               int32_t max_blocks_per_seq) {
+  StepInputs& in = inputs_;
+  in.max_tokens = max_tokens;
+  in.max_seqs = max_seqs;
+  in.max_blocks_per_seq = max_blocks_per_seq;
+  const int64_t half = rope_->rotary_dim() / 2;
+  int64_t offset = 0;
+  auto take = [&](int64_t bytes) {
+    const int64_t at = offset;
+    offset += (bytes + 255) / 256 * 256;
+    return at;
+  };
+  in.token_ids = take(int64_t{max_tokens} * 4);
+  in.slots = take(int64_t{max_tokens} * 4);
+  in.rope_cos = take(int64_t{max_tokens} * half * 4);
+  in.rope_sin = take(int64_t{max_tokens} * half * 4);
+  in.query_start = take((int64_t{max_seqs} + 1) * 4);
+  in.seq_lens = take(int64_t{max_seqs} * 4);
+  in.block_tables = take(int64_t{max_seqs} * max_blocks_per_seq * 4);
+  LOOM_ASSIGN_OR_RETURN(device_inputs_, backend_->Allocate(offset));
+  return absl::OkStatus();
 }
 
 void LocalExecutor::CollectLogitRequests() {

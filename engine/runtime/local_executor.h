@@ -79,8 +79,14 @@ class LocalExecutor final : public Executor {
   absl::Status ValidateBlocks(SequenceId id, const std::vector<int32_t>& existing,
                               const std::vector<BlockId>& added, int32_t num_tokens) const;
   void Apply(const StepPlan& plan);
-  // Fills the step's host-side inputs and copies them to the backend.
-  StepBatch BuildBatch();
+  // Fills the step's host-side inputs and copies them to the backend. graph_batch > 0 pads the
+  // batch to that many one-token sequences, the shape of a replayed decode graph.
+  StepBatch BuildBatch(int32_t graph_batch);
+  // The padded batch size of this step's graph, or 0 when it runs without one (the backend has
+  // no graphs, or some sequence computes more than one token, or the batch is too large).
+  int32_t GraphBatchSize() const;
+  // Allocates the step-input buffer for the largest step, at fixed offsets.
+  absl::Status AllocateStepInputs(int32_t max_tokens, int32_t max_seqs, int32_t max_blocks_per_seq);
   void CollectLogitRequests();
   void RunLogitRequests(std::vector<SequenceOutput>& outputs);
   void ProcessLogitRow(const LogitRequest& request, float* logits, SamplerScratch& scratch,
@@ -109,7 +115,17 @@ class LocalExecutor final : public Executor {
   std::vector<float> rope_cos_, rope_sin_;
   std::vector<float> host_logits_;
   std::vector<int32_t> logit_rows_;
+  // The step's inputs in backend memory: one buffer, each part at a fixed byte offset.
+  struct StepInputs {
+    int32_t max_tokens = 0, max_seqs = 0, max_blocks_per_seq = 0;
+    int64_t token_ids = 0, slots = 0, rope_cos = 0, rope_sin = 0, query_start = 0, seq_lens = 0,
+            block_tables = 0;
+  };
+  StepInputs inputs_;
   DeviceBuffer device_inputs_;
+  // Batch sizes that decode steps are padded to and replayed as graphs (ascending; empty when
+  // the backend has no graphs or they are off).
+  std::vector<int32_t> graph_batch_sizes_;
 };
 
 }  // namespace loom

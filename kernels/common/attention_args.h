@@ -55,6 +55,13 @@ struct PagedAttentionArgs {
   float scale = 1.0f;  // multiplies q.k before the softmax
   // 0: full causal attention. w > 0: a query at position p sees keys at (p - w, p].
   int32_t sliding_window = 0;
+  // What the host knows about the batch without reading device memory: the number of query
+  // rows (query_start[num_seqs]) and bounds of every sequence's query length. Backends that
+  // launch per-shape kernels use them to size grids and skip kernels with no work; 0 = unknown
+  // (the bounds then default to [0, num_tokens]).
+  int32_t num_tokens = 0;
+  int32_t min_query_len = 0;
+  int32_t max_query_len = 0;
 };
 
 }  // namespace loom

@@ -18,6 +18,11 @@ struct IntRule {
   int64_t min;
   int64_t max;
 };
+// Real-valued keys: min < value <= max.
+struct RealRule {
+  double min;
+  double max;
+};
 using Choices = std::vector<std::string>;  // empty = any string
 
 // One configuration key: where it lives in ServerConfig and what it accepts.
@@ -26,10 +31,11 @@ struct Key {
   std::string_view unit;  // "" for none
   std::string_view help;
   std::variant<int64_t ServerConfig::*, bool ServerConfig::*, std::string ServerConfig::*,
-               std::vector<std::string> ServerConfig::*>
+               std::vector<std::string> ServerConfig::*, double ServerConfig::*>
       field;
   IntRule ints{0, 0};
   Choices choices;
+  RealRule reals{0, 0};
 };
 
 constexpr int64_t kMax = INT64_C(1) << 40;
@@ -58,6 +64,12 @@ const std::vector<Key>& Keys() {
       {"grpc_tls_key_file", "path", "PEM private key for gRPC TLS", &C::grpc_tls_key_file},
       {"backend", "", "compute backend", &C::backend, {}, {"cpu", "cuda"}},
       {"threads", "threads", "CPU threads (0 = all available cores)", &C::threads, {0, 4096}},
+      {"device", "", "CUDA device ordinal", &C::device, {0, 1023}},
+      {"gpu_memory_utilization", "fraction",
+       "CUDA: share of the GPU's memory loom may use; the KV cache gets what weights and "
+       "activations leave (kv_cache_mb is the CPU's setting)",
+       &C::gpu_memory_utilization, {}, {}, {0.0, 1.0}},
+      {"cuda_graphs", "", "CUDA: replay decode steps as CUDA graphs", &C::cuda_graphs},
       {"kv_dtype", "", "KV cache element type", &C::kv_dtype, {}, {"bf16", "f16", "f32"}},
       {"block_size", "tokens", "tokens per KV block", &C::block_size, {1, 1024}},
       {"kv_cache_mb", "MiB", "KV cache size", &C::kv_cache_mb, {1, kMax}},
@@ -114,7 +126,19 @@ absl::Status Bad(const Key& k, std::string_view source, std::string_view why) {
 // Sets key `k` from text (environment variables and flags).
 absl::Status SetFromText(const Key& k, std::string_view text, std::string_view source,
                          ServerConfig* c) {
-  if (auto* f = std::get_if<int64_t ServerConfig::*>(&k.field)) {
+  if (auto* r = std::get_if<double ServerConfig::*>(&k.field)) {
+    char* end = nullptr;
+    const std::string s(text);
+    const double v = std::strtod(s.c_str(), &end);
+    if (s.empty() || *end != '\0') {
+      return Bad(k, source, StrCat("must be a number, got '", text, "'"));
+    }
+    if (!(v > k.reals.min && v <= k.reals.max)) {
+      return Bad(k, source,
+                 StrCat("must be in (", k.reals.min, ", ", k.reals.max, "], got ", text));
+    }
+    c->*(*r) = v;
+  } else if (auto* f = std::get_if<int64_t ServerConfig::*>(&k.field)) {
     char* end = nullptr;
     const std::string s(text);
     const long long v = std::strtoll(s.c_str(), &end, 10);
@@ -144,6 +168,10 @@ absl::Status SetFromText(const Key& k, std::string_view text, std::string_view s
 }
 
 absl::Status SetFromJson(const Key& k, const Json& v, std::string_view source, ServerConfig* c) {
+  if (std::holds_alternative<double ServerConfig::*>(k.field)) {
+    if (!v.IsNumber()) return Bad(k, source, "must be a number");
+    return SetFromText(k, StrCat(*v.AsDouble()), source, c);
+  }
   if (std::holds_alternative<int64_t ServerConfig::*>(k.field)) {
     if (!v.IsInteger()) return Bad(k, source, "must be an integer");
     return SetFromText(k, std::to_string(*v.AsInt()), source, c);
@@ -189,6 +217,7 @@ std::string EnvName(std::string_view name) {
 std::string DefaultText(const Key& k) {
   const ServerConfig d;
   if (auto* f = std::get_if<int64_t ServerConfig::*>(&k.field)) return std::to_string(d.*(*f));
+  if (auto* r = std::get_if<double ServerConfig::*>(&k.field)) return StrCat(d.*(*r));
   if (auto* b = std::get_if<bool ServerConfig::*>(&k.field)) return d.*(*b) ? "true" : "false";
   if (auto* s = std::get_if<std::string ServerConfig::*>(&k.field)) {
     return d.*(*s) == "" ? "\"\"" : d.*(*s);
@@ -197,6 +226,9 @@ std::string DefaultText(const Key& k) {
 }
 
 std::string RuleText(const Key& k) {
+  if (std::holds_alternative<double ServerConfig::*>(k.field)) {
+    return StrCat("number in (", k.reals.min, ", ", k.reals.max, "]");
+  }
   if (std::holds_alternative<int64_t ServerConfig::*>(k.field)) {
     return StrCat("integer in [", k.ints.min, ", ", k.ints.max, "]");
   }

@@ -40,6 +40,9 @@ struct ServerConfig {
   // Engine.
   std::string backend = "cpu";
   int64_t threads = 0;  // 0 = all available cores
+  int64_t device = 0;   // CUDA device ordinal
+  double gpu_memory_utilization = 0.9;
+  bool cuda_graphs = true;
   std::string kv_dtype = "bf16";
   int64_t block_size = 16;
   int64_t kv_cache_mb = 1024;

@@ -2,6 +2,7 @@
 // runs until SIGTERM/SIGINT, then drains: readiness fails, new requests get 503, in-flight ones
 // may finish within drain_timeout_s, and the process exits 0.
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -40,6 +41,9 @@ absl::StatusOr<EngineConfig> MakeEngineConfig(const ServerConfig& c) {
   e.num_threads = static_cast<int>(c.threads);
   e.block_size = static_cast<int32_t>(c.block_size);
   e.kv_cache_bytes = c.kv_cache_mb << 20;
+  e.device = static_cast<int>(c.device);
+  e.gpu_memory_utilization = c.gpu_memory_utilization;
+  e.cuda_graphs = c.cuda_graphs;
   e.max_num_batched_tokens = static_cast<int32_t>(c.max_num_batched_tokens);
   e.max_num_seqs = static_cast<int32_t>(c.max_num_seqs);
   e.populate_kv_cache = true;  // the whole cache resident from the start
@@ -87,6 +91,7 @@ int Run(const std::vector<std::string>& args) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGUSR1);  // raised by the engine loop when the device is lost
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
@@ -111,6 +116,9 @@ int Run(const std::vector<std::string>& args) {
   ServerMetrics metrics(metrics_options);
   ctx.metrics = &metrics;
   EngineLoop engine(**executor, MakeSchedulerConfig(config), SteadyMs);
+  // A lost device (a sticky CUDA error) fails every request in the loop; the process then exits
+  // with an error for its supervisor to restart it on a fresh device context.
+  engine.SetFatalHandler([](const absl::Status&) { kill(getpid(), SIGUSR1); });
   ctx.engine = &engine;
   WorkQueue work(2);
 
@@ -153,6 +161,14 @@ int Run(const std::vector<std::string>& args) {
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);
+  if (signal_number == SIGUSR1) {
+    LOOM_LOG(kError, "the device was lost (see the error above); exiting for a restart");
+    ctx.draining = true;
+    (*server)->Stop();
+    if (grpc != nullptr) grpc->Stop();
+    engine.Stop();
+    return 3;
+  }
   LOOM_LOG(kInfo, "signal ", signal_number, ": draining (up to ", config.drain_timeout_s, " s)");
   ctx.draining = true;
   const int64_t deadline = SteadyMs() + config.drain_timeout_s * 1000;

@@ -3,7 +3,16 @@
 # CUDA toolkit, CMake, Ninja and a C++ compiler but none of loom's library packages and no
 # package registry. Run from anywhere inside the repository:
 #
-#   tests/gpu/run.sh
+#   tests/gpu/run.sh [STAGE...]      STAGE: build test bench engine sdpa (default: all of them)
+#
+# Stages, so that a run fits a machine's time limit in parts (the build folder is reused):
+#   build   unpack the packages, configure, build the gpu tests and every benchmark below
+#   test    ctest -L gpu
+#   bench   every bench/kernels/cuda_*_bench (Google Benchmark JSON)
+#   engine  loom_engine_bench on a random-weight Llama-3-8B shape (made once, in the build
+#           folder): decode at batch 1/8/64/256 and prefill in 4096-token steps, CUDA backend
+#   sdpa    bench/kernels/sdpa_attention.py: PyTorch's scaled_dot_product_attention on the
+#           attention benchmarks' shapes (skipped when torch is missing)
 #
 # It unpacks the Debian packages that tests/gpu/fetch-debs.sh downloaded (.gpu-deps/, carried
 # with the working tree) into a private prefix with `dpkg -x` (nothing is installed system-wide),
@@ -15,6 +24,8 @@
 #   run.log        everything this script printed
 #   ctest-gpu.xml  JUnit report of the gpu tests
 #   <bench>.json   Google Benchmark's JSON output of each CUDA benchmark
+#   engine-decode.json, engine-prefill.json   loom_engine_bench reports
+#   sdpa.json      the PyTorch comparison
 #
 # Environment (all optional):
 #   LOOM_GPU_DEPS            folder of .deb files            (default: .gpu-deps)
@@ -22,6 +33,8 @@
 #   LOOM_CUDA_ARCHITECTURES  CUDA architectures              (default: 90)
 #   LOOM_BUILD_JOBS          parallel build jobs             (default: nproc)
 #   LOOM_GPU_BENCH_MIN_TIME  seconds per benchmark           (default: 0.2)
+#   LOOM_GPU_ENGINE_MODEL    checkpoint for the engine stage (default: a random llama3-8b shape
+#                            written to <build folder>/llama3-8b)
 #   LOOM_GPU_ALLOW_NO_DEVICE=1  finish with status 0 when no GPU is visible (to try the script
 #                               on a machine without one); otherwise that is an error (status 3)
 # Exit status: 0 when the tests pass on a visible GPU; the ctest status when tests fail; 1 for
@@ -131,6 +144,7 @@ build() {
   for f in "$root"/bench/kernels/cuda_*_bench.cc; do
     [[ -e "$f" ]] && targets+=("$(basename "$f" .cc)")
   done
+  targets+=(loom_engine_bench)
   [[ ${#targets[@]} -gt 0 ]] || die "no tests/gpu/*_test.cc and no bench/kernels/cuda_*_bench.cc"
   log "build (-j $jobs): ${targets[*]}"
   cmake --build "$build_dir" -j "$jobs" --target "${targets[@]}"
@@ -164,12 +178,57 @@ run_benchmarks() {
   done
 }
 
+# Decode tokens/s at batch 1/8/64/256 and prefill tokens/s in 4096-token steps on the 8B shape,
+# against the device's copy bandwidth and the H200's measured bf16 matmul peak (790 TFLOP/s).
+run_engine() {
+  local model="${LOOM_GPU_ENGINE_MODEL:-$build_dir/llama3-8b}"
+  local bench="$build_dir/bench/loom_engine_bench"
+  [[ -x "$bench" ]] || die "$bench missing: run the build stage first"
+  if [[ ! -f "$model/config.json" ]]; then
+    log "writing a random-weight llama3-8b checkpoint to $model"
+    "$bench" make-model --shape llama3-8b --dtype bf16 --out "$model" || die "make-model failed"
+  fi
+  log "engine decode (batch 1, 8, 64, 256)"
+  "$bench" run --model "$model" --backend cuda --batch 1,8,64,256 --prompt-len 128 --gen-len 64 \
+    --max-batched-tokens 4096 --repeat 2 --peak-tflops 790 --out "$out/engine-decode.json" ||
+    log "engine decode failed with status $?"
+  log "engine prefill (4 x 4096-token prompts, 4096-token steps)"
+  "$bench" run --model "$model" --backend cuda --batch 4 --prompt-len 4096 --gen-len 2 \
+    --max-batched-tokens 4096 --repeat 2 --peak-tflops 790 --out "$out/engine-prefill.json" ||
+    log "engine prefill failed with status $?"
+}
+
+run_sdpa() {
+  if ! python3 -c "import torch" 2>/dev/null; then
+    log "torch not importable: the SDPA comparison is skipped"
+    return
+  fi
+  log "PyTorch scaled_dot_product_attention"
+  python3 "$root/bench/kernels/sdpa_attention.py" --out "$out/sdpa.json" ||
+    log "sdpa_attention.py failed with status $?"
+}
+
+stages=("$@")
+[[ ${#stages[@]} -gt 0 ]] || stages=(build test bench engine sdpa)
+has_stage() { local s; for s in "${stages[@]}"; do [[ "$s" == "$1" ]] && return 0; done; return 1; }
+for stage in "${stages[@]}"; do
+  case "$stage" in build|test|bench|engine|sdpa) ;; *) die "unknown stage '$stage'" ;; esac
+done
+
 check_tools
-unpack_debs
-configure
-build
-run_tests
-run_benchmarks
+if has_stage build; then
+  unpack_debs
+  configure
+  build
+else
+  export LD_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+test_rc=0
+device_seen=1
+has_stage test && run_tests
+has_stage bench && run_benchmarks
+has_stage engine && run_engine
+has_stage sdpa && run_sdpa
 "$root/tests/gpu/summarize.py" --out "$out" --ctest-status "$test_rc" ||
   log "summary failed (python3 missing?); the raw JSON files are in $out"
 log "results in $out"

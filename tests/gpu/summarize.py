@@ -2,8 +2,10 @@
 """Summarises a tests/gpu/run.sh run: summary.md (a table to paste) and summary.json.
 
 Reads, from the output folder: every Google Benchmark JSON file (those with a "benchmarks" list;
-the CUDA benchmarks add the counters GBps, copy_fraction and MiB_per_launch and the context keys
-device, sm_count and copy_GBps) and ctest-gpu.xml, the JUnit report of `ctest -L gpu`.
+the CUDA benchmarks add counters such as GBps, copy_fraction, TFLOPs and MiB_per_launch and the
+context keys device, sm_count and copy_GBps), the engine benchmark's reports (JSON with
+"benchmark": "engine"), sdpa.json (PyTorch's attention on the same shapes) and ctest-gpu.xml,
+the JUnit report of `ctest -L gpu`.
 Standard library only: the GPU machine's python3 is whatever its image holds.
 """
 import argparse
@@ -28,7 +30,7 @@ def read_tests(out, ctest_status):
 def read_benchmarks(out):
     context, rows = {}, []
     for path in sorted(out.glob("*.json")):
-        if path.name == "summary.json":
+        if path.name == "summary.json" or path.name.startswith("engine-") or path.name == "sdpa.json":
             continue
         try:
             data = json.loads(path.read_text())
@@ -41,6 +43,9 @@ def read_benchmarks(out):
         for bench in data["benchmarks"]:
             if bench.get("run_type", "iteration") != "iteration" or "error_message" in bench:
                 continue
+            standard = {"name", "family_index", "per_family_instance_index", "run_name", "run_type",
+                        "repetitions", "repetition_index", "threads", "iterations", "real_time",
+                        "cpu_time", "time_unit", "label"}
             rows.append({
                 "file": path.name,
                 "name": bench["name"].removesuffix("/manual_time"),
@@ -49,8 +54,34 @@ def read_benchmarks(out):
                 "GBps": bench.get("GBps"),
                 "copy_fraction": bench.get("copy_fraction"),
                 "MiB_per_launch": bench.get("MiB_per_launch"),
+                "counters": {k: v for k, v in bench.items()
+                             if k not in standard and isinstance(v, (int, float))},
             })
     return context, rows
+
+
+def read_engine(out):
+    """Rows of every engine benchmark report in the folder."""
+    rows = []
+    for path in sorted(out.glob("engine-*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        for result in data.get("results", []):
+            rows.append({"file": path.name, "model": data.get("settings", {}).get("model"),
+                         "commit": data.get("commit"), **result})
+    return rows
+
+
+def read_sdpa(out):
+    path = out / "sdpa.json"
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def fmt(value, spec):
@@ -76,6 +107,35 @@ def markdown(summary):
                      f"{fmt(row['MiB_per_launch'], '.1f')} |")
     if not summary["benchmarks"]:
         lines.append("| (no benchmark results) | | | | |")
+    extra = [r for r in summary["benchmarks"] if r["counters"]]
+    if extra:
+        lines += ["", "| benchmark | counters |", "|---|---|"]
+        for row in extra:
+            counters = ", ".join(f"{k}={v:.4g}" for k, v in sorted(row["counters"].items()))
+            lines.append(f"| {row['name']} | {counters} |")
+    if summary["engine"]:
+        lines += ["", "| engine run | batch | prompt | decode tok/s | of roofline | "
+                  "prefill tok/s | prefill TFLOP/s | of peak |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in summary["engine"]:
+            if "error" in r:
+                lines.append(f"| {r['file']} | error: {r['error']} | | | | | | |")
+                continue
+            lines.append(f"| {r['file']} | {r.get('batch')} | {r.get('prompt_len')} | "
+                         f"{fmt(r.get('decode_tokens_per_s'), '.1f')} | "
+                         f"{fmt(r.get('decode_fraction_of_roofline'), '.0%')} | "
+                         f"{fmt(r.get('prefill_tokens_per_s'), '.0f')} | "
+                         f"{fmt(r.get('prefill_matmul_tflops'), '.0f')} | "
+                         f"{fmt(r.get('prefill_fraction_of_peak'), '.0%')} |")
+    sdpa = summary["sdpa"]
+    if sdpa:
+        lines += ["", f"PyTorch {sdpa.get('torch')} scaled_dot_product_attention ({sdpa.get('gqa')}):",
+                  "", "| shape | ms | GB/s | TFLOP/s |", "|---|---:|---:|---:|"]
+        for r in sdpa.get("decode", []):
+            lines.append(f"| decode batch {r.get('batch')} context {r.get('context')} | "
+                         f"{fmt(r.get('ms'), '.3f')} | {fmt(r.get('GBps'), '.0f')} | - |")
+        for r in sdpa.get("prefill", []):
+            lines.append(f"| prefill batch {r.get('batch')} seq {r.get('seq_len')} | "
+                         f"{fmt(r.get('ms'), '.3f')} | - | {fmt(r.get('TFLOPs'), '.0f')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -91,6 +151,8 @@ def main():
                                             "num_cpus", "library_build_type") if k in context},
         "tests": read_tests(args.out, args.ctest_status),
         "benchmarks": rows,
+        "engine": read_engine(args.out),
+        "sdpa": read_sdpa(args.out),
     }
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     text = markdown(summary)

@@ -213,6 +213,53 @@ TEST(EngineLoopTest, AFailedStepFailsOnlyItsRequests) {
   EXPECT_GE(loop.Stats().num_failed_steps, 1);
 }
 
+// An executor whose device is lost at the first step with a given prompt token: every request
+// fails, the poisoned one and the ones merely running beside it, and later ones are refused.
+class LostDeviceExecutor : public FakeExecutor {
+ public:
+  using FakeExecutor::FakeExecutor;
+  absl::StatusOr<StepResult> Execute(const StepPlan& plan) override {
+    for (const NewSequencePlan& p : plan.new_sequences) {
+      if (p.token_ids[0] == TokenId(kVocab - 1)) {
+        return MarkFatalDeviceError(absl::InternalError("an illegal memory access"));
+      }
+    }
+    // Slow enough that the bystander is still running when the poisoned request arrives.
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return FakeExecutor::Execute(plan);
+  }
+};
+
+TEST(EngineLoopTest, AFatalDeviceErrorFailsEverythingAndCallsTheHandler) {
+  LostDeviceExecutor executor(Model(), Capacity(512));
+  EngineLoop loop(executor, SchedulerConfig{}, NowMs);
+  std::atomic<int> handler_calls{0};
+  loop.SetFatalHandler([&](const absl::Status& error) {
+    EXPECT_TRUE(IsFatalDeviceError(error));
+    ++handler_calls;
+  });
+  std::shared_ptr<RequestStream> bystander = loop.Submit(Request(1, 4, 1000));
+  // Let the bystander start before the poisoned request arrives.
+  for (int i = 0; i < 1000 && bystander->Wait(absl::Seconds(10)).outputs.empty(); ++i) {
+  }
+  SchedRequest poison = Request(2, 4, 5);
+  poison.prompt[0] = TokenId(kVocab - 1);
+  Collected bad = ReadAll(*loop.Submit(poison));
+  EXPECT_NE(bad.error.message().find("illegal memory access"), std::string::npos) << bad.error;
+  Collected other = ReadAll(*bystander);
+  EXPECT_NE(other.error.message().find("illegal memory access"), std::string::npos)
+      << other.error;
+  Collected late = ReadAll(*loop.Submit(Request(3, 4, 4)));
+  EXPECT_FALSE(late.error.ok());
+  // The handler runs right after the streams are failed, on the loop's thread.
+  for (int i = 0; i < 1000 && handler_calls.load() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(handler_calls.load(), 1);
+  EXPECT_TRUE(loop.Stats().device_lost);
+  EXPECT_FALSE(IsFatalDeviceError(absl::InternalError("plain")));
+}
+
 TEST(EngineLoopTest, StopEndsEverythingAndRefusesNewWork) {
   FakeExecutor executor(Model(), Capacity(64));
   auto loop = std::make_unique<EngineLoop>(executor, SchedulerConfig{}, NowMs);

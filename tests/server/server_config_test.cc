@@ -84,6 +84,29 @@ TEST(ServerConfigTest, ErrorsNameTheKeyAndTheSource) {
   EXPECT_FALSE(Load({"--config", "/nonexistent/loom.json"}, env, &c).ok());
 }
 
+// Real-valued keys (gpu_memory_utilization): from a file, the environment and flags, with the
+// range (0, 1] enforced in each.
+TEST(ServerConfigTest, FractionsAreNumbersInRange) {
+  FakeEnv env;
+  ServerConfig c;
+  EXPECT_DOUBLE_EQ(c.gpu_memory_utilization, 0.9);
+  ASSERT_TRUE(Load({"--config", WriteTemp(R"({"gpu_memory_utilization": 0.5})")}, env, &c).ok());
+  EXPECT_DOUBLE_EQ(c.gpu_memory_utilization, 0.5);
+  env.vars["LOOM_GPU_MEMORY_UTILIZATION"] = "0.75";
+  ASSERT_TRUE(Load({}, env, &c).ok());
+  EXPECT_DOUBLE_EQ(c.gpu_memory_utilization, 0.75);
+  ASSERT_TRUE(Load({"--gpu-memory-utilization", "1"}, env, &c).ok());
+  EXPECT_DOUBLE_EQ(c.gpu_memory_utilization, 1.0);
+  for (const char* bad : {"0", "1.5", "-0.2", "nan", "most", ""}) {
+    SCOPED_TRACE(bad);
+    absl::Status s = Load({"--gpu-memory-utilization", bad}, env, &c);
+    EXPECT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("gpu_memory_utilization must be"), std::string_view::npos) << s;
+  }
+  absl::Status s = Load({"--config", WriteTemp(R"({"gpu_memory_utilization": "high"})")}, env, &c);
+  EXPECT_NE(s.message().find("must be a number"), std::string_view::npos) << s;
+}
+
 TEST(ServerConfigTest, HelpIsAnswered) {
   FakeEnv env;
   ServerConfig c;

@@ -1,0 +1,79 @@
+// The CUDA implementation of Ops: every op queues kernels of kernels/cuda (and cuBLAS for the
+// matmuls) on the backend's one stream and returns at once.
+//
+// Numerics. Activations stay f32 in device memory, as on the CPU. A Linear with bf16 or f16
+// weights first rounds its input rows to the weights' type (one conversion shared by all the
+// outputs of the call) and multiplies on the tensor cores with f32 accumulation and f32 output
+// (cublasGemmEx, CUBLAS_COMPUTE_32F); f32 weights multiply in full f32. The rounding of the
+// activations is the one difference from the CPU backend's f32 matmuls, worth ~3 significant
+// digits per matmul input (the model-level tolerance of tests/gpu/model_parity_test.cc).
+//
+// Errors. Ops return nothing: the first failure of a launch or a cuBLAS call is kept (with its
+// call site) and reported by TakeError, which the backend's Synchronize calls. Sizes beyond the
+// Reserve'd limits are programming errors (LOOM_CHECK): the step path never allocates.
+//
+// Thread safety: one thread drives it (the engine loop), like every Ops.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include <cublas_api.h>
+#include <cuda_runtime_api.h>
+
+#include "absl/status/status.h"
+#include "engine/backend/ops.h"
+
+namespace loom {
+
+class CudaOps final : public Ops {
+ public:
+  // The stream and handle belong to the backend and outlive this object.
+  CudaOps(cudaStream_t stream, cublasHandle_t cublas) : stream_(stream), cublas_(cublas) {}
+  ~CudaOps() override;
+  CudaOps(const CudaOps&) = delete;
+  CudaOps& operator=(const CudaOps&) = delete;
+
+  // Allocates the workspace: 16-bit copies of the widest Linear input, the split-KV partial
+  // results of the decode attention, and cuBLAS's own workspace (set on the handle so that
+  // cuBLAS never allocates, which CUDA graph capture requires).
+  absl::Status Reserve(const OpsLimits& limits) override;
+
+  void Embedding(const int32_t* token_ids, int32_t num_tokens, const WeightView& table,
+                 float* out) override;
+  void RmsNorm(const float* x, int64_t x_stride, int32_t num_rows, int32_t dim,
+               const WeightView& weight, float eps, float* out, int64_t out_stride) override;
+  void AddRmsNorm(float* residual, const float* delta, int32_t num_rows, int32_t dim,
+                  const WeightView& weight, float eps, float* out) override;
+  void Add(float* residual, const float* delta, int64_t num_elements) override;
+  void Linear(const float* x, int64_t x_stride, int32_t num_rows,
+              std::span<const LinearOutput> outputs) override;
+  void Rope(float* x, int64_t x_stride, int32_t num_tokens, int32_t num_heads, int32_t head_dim,
+            const float* cos, const float* sin) override;
+  void SiluMul(const float* gate, const float* up, int32_t num_rows, int32_t dim,
+               float* out) override;
+  void WriteKv(const KvWriteArgs& args) override;
+  void PagedAttention(const PagedAttentionArgs& args) override;
+
+  // Keeps `status` when it is the first failure since the last TakeError.
+  void Record(absl::Status status);
+  // The first failure since the last call (OK when none), and forgets it.
+  absl::Status TakeError();
+
+ private:
+  void RecordCuda(cudaError_t error, const char* what, int line);
+
+  cudaStream_t stream_;
+  cublasHandle_t cublas_;
+  OpsLimits limits_;
+  bool reserved_ = false;
+  // Linear inputs rounded to 16 bits: [max_num_tokens, max_in_features].
+  void* act16_ = nullptr;
+  int64_t act16_bytes_ = 0;
+  void* attention_workspace_ = nullptr;
+  size_t attention_workspace_bytes_ = 0;
+  void* cublas_workspace_ = nullptr;
+  absl::Status error_;
+};
+
+}  // namespace loom

@@ -1,0 +1,535 @@
+// Prefill attention on tensor cores (mma.sync, FlashAttention-2 style); contract in
+// prefill_attention.h.
+//
+// Math. For a CTA's query tile Q [64, D] (one head, one sequence) and each key tile K, V
+// [N, D] (N = 64, or 32 for D = 256; D = head_dim):
+//   S = Q' K^T                      Q' = q * scale * log2(e), rounded to the cache's type T
+//   m_new = max(m, rowmax(S));  alpha = 2^(m - m_new);  P = 2^(S - m_new)
+//   l = alpha * l + rowsum(P);  O = alpha * O + T(P) V
+// and finally out = O / l. Scores are thus in log2 units (log2(e) folded into the scale of q), so
+// every exponential is one ex2.approx. A row max of -inf (a row that has seen no key yet; only
+// padding rows past q_len, in practice) is replaced by 0 in the exponents, so masked scores give
+// 2^-inf = 0, never NaN, and l = 0 stores 0.
+//
+// Work split. Grid (num_heads, ceil(max_query_len / 64), min(num_seqs, 65535)); tiles are taken
+// heaviest (latest rows) first, and CTAs loop over sequences with a stride of gridDim.z. A CTA of
+// 4 warps owns query rows [64 * tile, 64 * tile + 64) of one sequence and head; warp w owns 16 of
+// them, [16 w, 16 w + 16), and every lane two: 16 w + lane / 4 and that + 8. The CTA visits the
+// key tiles ending at key_end = (position of its last valid row) + 1, going backwards from the
+// diagonal: tile i holds keys [key_end - N (i + 1), key_end - N i). Keys before the first key any
+// row can see (0, or the window start of the first row) end the walk, so fully masked tiles are
+// never visited. Only tiles that cross a row's causal limit (the first, and for N = 32 the second)
+// or a window start (the last ones) evaluate the mask.
+//
+// Shared memory (T = bf16 or f16, rows padded to D + 8 elements = an odd number of 16-byte
+// chunks, so the 8 rows an ldmatrix phase reads fall in 8 distinct bank groups):
+//   Q  [64][D + 8]          q tile, pre-scaled and rounded (zero rows past q_len)
+//   K  [2][N][D + 8]        double-buffered key tiles, filled with 16-byte cp.async.cg
+//   V  [2][N][D + 8]        double-buffered value tiles
+// 85 KiB for D = 128, 99 KiB for D = 256: two CTAs per SM. The cp.async gather of tile i + 1
+// (each key row looked up in the block table; rows outside [key_begin, key_end) zero-filled with
+// src-size 0, never read) is issued right after the barrier that opens tile i, so it overlaps
+// tile i's math. For D <= 128 a warp keeps its Q fragments in registers for the whole walk; for
+// D = 256 it re-reads them from shared memory per k-step (registers: O alone is 128).
+//
+// Fragments (PTX mma.m16n8k16, .row.col, T inputs, f32 accumulators; g = lane / 4, c = lane % 4):
+//   A (16x16): a[0] = (g, 2c..2c+1), a[1] = (g + 8, 2c..), a[2] = (g, 2c + 8..), a[3] = (g + 8, 2c + 8..)
+//   B (16x8):  b[0] = (k 2c..2c+1, n g), b[1] = (k 2c + 8.., n g)
+//   C (16x8):  c[0..1] = (g, 2c..2c+1), c[2..3] = (g + 8, 2c..2c+1)
+//   S = Q K^T: A from ldmatrix.x4 of Q rows (lanes 0-15 rows 0-15 at column 0, lanes 16-31 rows
+//     0-15 at column 8); B from ldmatrix.x4 of K rows = keys (lanes 0-7 keys 0-7 column 0, 8-15
+//     keys 0-7 column 8, 16-23 keys 8-15 column 0, 24-31 keys 8-15 column 8), which gives the B
+//     fragments of two 8-key n-tiles.
+//   O += P V: the S accumulators of n-tiles 2k and 2k + 1 are, packed to T pairs, exactly the A
+//     fragment of k-step k (keys 16k..16k+15); B from ldmatrix.x4.trans of V rows = keys (lanes
+//     0-7 keys 0-7 column 0, 8-15 keys 8-15 column 0, 16-23 keys 0-7 column 8, 24-31 keys 8-15
+//     column 8): the B fragments of two 8-wide slices of head_dim.
+//
+// Cost per CTA with K key tiles visited: 4 * 64 * N * D * K tensor-core FLOPs (the useful part,
+// 4 * D * sum over rows of keys seen, is what benchmarks report); bytes: 64 * D * 4 of q read,
+// 64 * D * 4 of out written, 2 * N * D * 2 * K of K/V gathered (served mostly from L2: the heads
+// of a GQA group and neighbouring tiles of one sequence read the same blocks).
+#include "kernels/cuda/prefill_attention.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+namespace loom::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kBlockM = 16 * kWarps;  // query rows per CTA
+constexpr int kMaxGridY = 65535;
+constexpr int kMaxGridZ = 65535;
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <int kHeadDim>
+struct Shape {
+  static constexpr int kBlockN = kHeadDim <= 128 ? 64 : 32;  // keys per tile
+  static constexpr int kStride = kHeadDim + 8;                // shared row stride, elements
+  static constexpr int kChunks = kHeadDim / 8;                // 16-byte chunks per row
+  static constexpr int kKSteps = kHeadDim / 16;               // k-steps of Q K^T
+  static constexpr int kKeyTiles = kBlockN / 8;               // n-tiles of S
+  static constexpr int kDimTiles = kHeadDim / 8;              // n-tiles of O
+  static constexpr bool kQInRegs = kHeadDim <= 128;
+  static constexpr int kQElems = kBlockM * kStride;
+  static constexpr int kKvElems = kBlockN * kStride;
+  static constexpr int kSmemBytes = 2 * (kQElems + 4 * kKvElems);
+  static_assert(kHeadDim % 16 == 0 && kChunks % 2 == 0);
+  static_assert(kBlockN * kChunks % kThreads == 0 && kBlockM * kHeadDim / 4 % kThreads == 0);
+};
+
+// n / divisor for 0 <= n < 2^31 with a multiply-high and a shift (round-up method: magic =
+// floor(2^32 (2^shift - divisor) / divisor) + 1 with 2^shift >= divisor), so the per-key block
+// lookup needs no integer division.
+struct BlockDivider {
+  uint32_t divisor;
+  uint32_t magic;
+  uint32_t shift;
+
+  __device__ __forceinline__ uint32_t Div(uint32_t n) const {
+    return static_cast<uint32_t>((static_cast<uint64_t>(__umulhi(n, magic)) + n) >> shift);
+  }
+};
+
+BlockDivider MakeBlockDivider(uint32_t divisor) {
+  uint32_t shift = 0;
+  while ((uint64_t{1} << shift) < divisor) ++shift;
+  const uint64_t magic = (uint64_t{1} << 32) * ((uint64_t{1} << shift) - divisor) / divisor + 1;
+  return {divisor, static_cast<uint32_t>(magic), shift};
+}
+
+// ---- warp-level primitives (PTX) ----
+
+__device__ __forceinline__ uint32_t SmemAddr(const void* ptr) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
+}
+
+// 16 bytes global -> shared, bypassing L1; zero-fills the destination (reads nothing) when
+// !valid.
+__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void CpAsyncWaitAll() {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// d += A B for one m16n8k16 tile.
+template <typename T>
+__device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+__device__ __forceinline__ float Exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Two floats rounded to T (nearest even), `lo` in the low half: the element with the lower
+// column index of an mma fragment register.
+template <typename T>
+__device__ __forceinline__ uint32_t PackPair(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
+// ---- tile stages ----
+
+// Where a CTA's keys come from: k/v already offset to the kv head; rows of the sequence's table.
+template <typename T>
+struct KvSource {
+  const T* k;
+  const T* v;
+  const int32_t* blocks;
+  int64_t block_stride;
+  BlockDivider div;
+};
+
+// Q tile -> shared: rows [0, rows) of q (row stride q_stride, from `q`), times `scale`, rounded
+// to T; rows past `rows` are zero.
+template <typename T, int kHeadDim>
+__device__ __forceinline__ void LoadQ(const float* q, int64_t q_stride, int rows, float scale,
+                                      bool q_vec4, T* q_smem) {
+  using S = Shape<kHeadDim>;
+  constexpr int kQuadsPerRow = kHeadDim / 4;
+#pragma unroll 4
+  for (int idx = threadIdx.x; idx < kBlockM * kQuadsPerRow; idx += kThreads) {
+    const int row = idx / kQuadsPerRow;
+    const int col = idx % kQuadsPerRow * 4;
+    float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (row < rows) {
+      const float* src = q + row * q_stride + col;
+      x = q_vec4 ? __ldg(reinterpret_cast<const float4*>(src))
+                 : make_float4(__ldg(src), __ldg(src + 1), __ldg(src + 2), __ldg(src + 3));
+    }
+    *reinterpret_cast<uint2*>(q_smem + row * S::kStride + col) =
+        make_uint2(PackPair<T>(x.x * scale, x.y * scale), PackPair<T>(x.z * scale, x.w * scale));
+  }
+}
+
+// Queues the cp.async gather of keys [n0, n0 + N) into one K and one V buffer; keys outside
+// [key_begin, key_end) are zero-filled.
+template <typename T, int kHeadDim>
+__device__ __forceinline__ void LoadKvTile(const KvSource<T>& src, int n0, int key_begin,
+                                           int key_end, uint32_t k_dst, uint32_t v_dst) {
+  using S = Shape<kHeadDim>;
+#pragma unroll
+  for (int i = 0; i < S::kBlockN * S::kChunks / kThreads; ++i) {
+    const int idx = threadIdx.x + i * kThreads;
+    const int row = idx / S::kChunks;
+    const int col = idx % S::kChunks * 8;
+    const int key = n0 + row;
+    const bool valid = key >= key_begin && key < key_end;
+    int64_t offset = 0;
+    if (valid) {
+      const uint32_t block = src.div.Div(static_cast<uint32_t>(key));
+      const uint32_t slot = static_cast<uint32_t>(key) - block * src.div.divisor;
+      offset = __ldg(src.blocks + block) * src.block_stride + int64_t{slot} * kHeadDim + col;
+    }
+    const uint32_t smem_offset = (row * S::kStride + col) * sizeof(T);
+    CpAsync16(k_dst + smem_offset, src.k + offset, valid);
+    CpAsync16(v_dst + smem_offset, src.v + offset, valid);
+  }
+}
+
+// s = Q K^T for this warp's 16 rows and the tile's N keys. q_addr / k_addr: this lane's
+// ldmatrix row addresses (see the fragment notes above).
+template <typename T, int kHeadDim, int kQRegs>
+__device__ __forceinline__ void Scores(float (&s)[Shape<kHeadDim>::kKeyTiles][4],
+                                       const uint32_t (&q_frag)[kQRegs][4], uint32_t q_addr,
+                                       uint32_t k_addr) {
+  using S = Shape<kHeadDim>;
+#pragma unroll
+  for (int t = 0; t < S::kKeyTiles; ++t) s[t][0] = s[t][1] = s[t][2] = s[t][3] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < S::kKSteps; ++kk) {
+    uint32_t a[4];
+    if constexpr (S::kQInRegs) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) a[r] = q_frag[kk][r];
+    } else {
+      LdMatrixX4(a, q_addr + kk * 16 * sizeof(T));
+    }
+#pragma unroll
+    for (int p = 0; p < S::kKeyTiles / 2; ++p) {
+      uint32_t b[4];
+      LdMatrixX4(b, k_addr + (p * 16 * S::kStride + kk * 16) * sizeof(T));
+      Mma<T>(s[2 * p], a, b[0], b[1]);
+      Mma<T>(s[2 * p + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// Masks (to -inf) the scores a row may not see: key > pos, or key < max(0, pos - window + 1)
+// (0 without a window). pos0: position of this lane's first row; its second row is pos0 + 8.
+template <int kKeyTiles>
+__device__ __forceinline__ void MaskScores(float (&s)[kKeyTiles][4], int n0, int pos0,
+                                           int window) {
+  const int key0 = n0 + 2 * (threadIdx.x % 4);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int pos = pos0 + 8 * half;
+    const int lo = window > 0 ? max(0, pos - window + 1) : 0;
+#pragma unroll
+    for (int t = 0; t < kKeyTiles; ++t) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int key = key0 + 8 * t + e;
+        if (key > pos || key < lo) s[t][2 * half + e] = -INFINITY;
+      }
+    }
+  }
+}
+
+// Online softmax step: turns s into probabilities against the new row max and rescales o, the
+// lane's partial row sums and maxima. The 4 lanes of a quad share rows; they agree on the max.
+template <int kKeyTiles, int kDimTiles>
+__device__ __forceinline__ void SoftmaxStep(float (&s)[kKeyTiles][4], float (&o)[kDimTiles][4],
+                                            float (&row_max)[2], float (&row_sum)[2]) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float m = row_max[half];
+#pragma unroll
+    for (int t = 0; t < kKeyTiles; ++t) m = fmaxf(m, fmaxf(s[t][2 * half], s[t][2 * half + 1]));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+    const float base = m == -INFINITY ? 0.0f : m;
+    const float alpha = Exp2(row_max[half] - base);
+    row_max[half] = m;
+    float sum = 0.0f;
+#pragma unroll
+    for (int t = 0; t < kKeyTiles; ++t) {
+      s[t][2 * half] = Exp2(s[t][2 * half] - base);
+      s[t][2 * half + 1] = Exp2(s[t][2 * half + 1] - base);
+      sum += s[t][2 * half] + s[t][2 * half + 1];
+    }
+    row_sum[half] = row_sum[half] * alpha + sum;
+#pragma unroll
+    for (int d = 0; d < kDimTiles; ++d) {
+      o[d][2 * half] *= alpha;
+      o[d][2 * half + 1] *= alpha;
+    }
+  }
+}
+
+// o += T(p) V for the tile; v_addr: this lane's ldmatrix.trans row address.
+template <typename T, int kHeadDim>
+__device__ __forceinline__ void AccumulatePv(float (&o)[Shape<kHeadDim>::kDimTiles][4],
+                                             const float (&p)[Shape<kHeadDim>::kKeyTiles][4],
+                                             uint32_t v_addr) {
+  using S = Shape<kHeadDim>;
+#pragma unroll
+  for (int kk = 0; kk < S::kBlockN / 16; ++kk) {
+    const uint32_t a[4] = {PackPair<T>(p[2 * kk][0], p[2 * kk][1]),
+                           PackPair<T>(p[2 * kk][2], p[2 * kk][3]),
+                           PackPair<T>(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                           PackPair<T>(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+#pragma unroll
+    for (int dp = 0; dp < kHeadDim / 16; ++dp) {
+      uint32_t b[4];
+      LdMatrixX4Trans(b, v_addr + (kk * 16 * S::kStride + dp * 16) * sizeof(T));
+      Mma<T>(o[2 * dp], a, b[0], b[1]);
+      Mma<T>(o[2 * dp + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// out rows [0, rows) (from `out`, row stride out_stride) = o / l for this warp's rows; l is the
+// quad's sum of the lanes' partial row sums (0 for a row that saw no key: stores 0).
+template <int kDimTiles>
+__device__ __forceinline__ void StoreRows(float* out, int64_t out_stride, int rows,
+                                          const float (&o)[kDimTiles][4],
+                                          const float (&row_sum)[2]) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float l = row_sum[half];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    const int row = threadIdx.x / 32 * 16 + lane / 4 + 8 * half;
+    if (row < rows) {
+      float* dst = out + row * out_stride + 2 * (lane % 4);
+#pragma unroll
+      for (int d = 0; d < kDimTiles; ++d) {
+        dst[8 * d] = o[d][2 * half] * inv;
+        dst[8 * d + 1] = o[d][2 * half + 1] * inv;
+      }
+    }
+  }
+}
+
+// What a CTA computes: rows [m0, m0 + rows) of sequence `seq`'s query, head `head`.
+struct TileWork {
+  int64_t first_token;  // query row (token index) of tile row 0
+  int rows;             // valid rows, <= kBlockM
+  int pos0;             // position of tile row 0
+  int key_begin;        // keys any valid row sees: [key_begin, key_end)
+  int key_end;
+  int mask_lo;          // tiles starting below this key need the window mask
+  int num_tiles;
+};
+
+template <int kBlockN>
+__device__ __forceinline__ bool PlanTile(const PagedAttentionArgs& args, int seq, int tile_m,
+                                         TileWork* work) {
+  const int q_begin = args.query_start[seq];
+  const int q_len = args.query_start[seq + 1] - q_begin;
+  const int m0 = tile_m * kBlockM;
+  if (q_len < 2 || m0 >= q_len) return false;
+  const int window = args.sliding_window;
+  work->first_token = int64_t{q_begin} + m0;
+  work->rows = min(kBlockM, q_len - m0);
+  work->pos0 = args.seq_lens[seq] - q_len + m0;
+  work->key_end = work->pos0 + work->rows;
+  work->key_begin = window > 0 ? max(0, work->pos0 - window + 1) : 0;
+  work->mask_lo = window > 0 ? max(0, work->key_end - window) : 0;
+  const int span = work->key_end - work->key_begin;
+  work->num_tiles = span > 0 ? (span + kBlockN - 1) / kBlockN : 0;
+  return true;
+}
+
+// One CTA's tile: Q to shared memory (and registers), the walk over key tiles, the output.
+template <typename T, int kHeadDim>
+__device__ __forceinline__ void AttendTile(const PagedAttentionArgs& args, int seq, int head,
+                                           const TileWork& work, const BlockDivider& div,
+                                           bool q_vec4, T* smem) {
+  using S = Shape<kHeadDim>;
+  const PagedKvView& cache = args.cache;
+  const int kv_head = head / (args.num_heads / cache.num_kv_heads);
+  const int64_t head_stride = int64_t{cache.block_size} * kHeadDim;
+  const KvSource<T> src = {static_cast<const T*>(cache.k) + kv_head * head_stride,
+                           static_cast<const T*>(cache.v) + kv_head * head_stride,
+                           args.block_tables + int64_t{seq} * args.max_blocks_per_seq,
+                           head_stride * cache.num_kv_heads, div};
+  constexpr uint32_t kBufBytes = S::kKvElems * sizeof(T);
+  const uint32_t q_base = SmemAddr(smem);
+  const uint32_t k_base = q_base + S::kQElems * sizeof(T);
+  const uint32_t v_base = k_base + 2 * kBufBytes;
+
+  // Tile 0's keys travel while q is converted.
+  if (work.num_tiles > 0) {
+    LoadKvTile<T, kHeadDim>(src, work.key_end - S::kBlockN, work.key_begin, work.key_end, k_base,
+                            v_base);
+  }
+  CpAsyncCommit();
+  LoadQ<T, kHeadDim>(args.q + work.first_token * args.q_stride + int64_t{head} * kHeadDim,
+                     args.q_stride, work.rows, args.scale * kLog2e, q_vec4, smem);
+  __syncthreads();
+
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  // This lane's ldmatrix row addresses (bytes), see the fragment notes at the top.
+  const uint32_t q_addr =
+      q_base + ((16 * warp + lane % 16) * S::kStride + lane / 16 * 8) * sizeof(T);
+  const uint32_t k_lane = ((lane % 8 + lane / 16 * 8) * S::kStride + lane / 8 % 2 * 8) * sizeof(T);
+  const uint32_t v_lane = ((lane % 8 + lane / 8 % 2 * 8) * S::kStride + lane / 16 * 8) * sizeof(T);
+  uint32_t q_frag[S::kQInRegs ? S::kKSteps : 1][4];
+  if constexpr (S::kQInRegs) {
+#pragma unroll
+    for (int kk = 0; kk < S::kKSteps; ++kk) LdMatrixX4(q_frag[kk], q_addr + kk * 16 * sizeof(T));
+  }
+
+  float o[S::kDimTiles][4];
+#pragma unroll
+  for (int d = 0; d < S::kDimTiles; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+  float row_max[2] = {-INFINITY, -INFINITY};
+  float row_sum[2] = {0.0f, 0.0f};
+  const int lane_pos0 = work.pos0 + 16 * warp + lane / 4;
+  for (int i = 0; i < work.num_tiles; ++i) {
+    const int n0 = work.key_end - (i + 1) * S::kBlockN;
+    const uint32_t buf = (i % 2) * kBufBytes;
+    CpAsyncWaitAll();
+    // Tile i has landed for every thread, and every warp is done with tile i - 1's buffers.
+    __syncthreads();
+    if (i + 1 < work.num_tiles) {
+      const uint32_t next = ((i + 1) % 2) * kBufBytes;
+      LoadKvTile<T, kHeadDim>(src, n0 - S::kBlockN, work.key_begin, work.key_end, k_base + next,
+                              v_base + next);
+    }
+    CpAsyncCommit();
+    float s[S::kKeyTiles][4];
+    Scores<T, kHeadDim>(s, q_frag, q_addr, k_base + buf + k_lane);
+    if (n0 + S::kBlockN - 1 > work.pos0 || n0 < work.mask_lo) {
+      MaskScores(s, n0, lane_pos0, args.sliding_window);
+    }
+    SoftmaxStep(s, o, row_max, row_sum);
+    AccumulatePv<T, kHeadDim>(o, s, v_base + buf + v_lane);
+  }
+
+  StoreRows(args.out + work.first_token * args.out_stride + int64_t{head} * kHeadDim,
+            args.out_stride, work.rows, o, row_sum);
+}
+
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(kThreads, 2)
+    PrefillAttentionKernel(const PagedAttentionArgs args, const BlockDivider div,
+                           const bool q_vec4) {
+  extern __shared__ uint4 smem[];
+  const int tile_m = gridDim.y - 1 - blockIdx.y;  // the heaviest tiles start first
+  for (int seq = blockIdx.z; seq < args.num_seqs; seq += gridDim.z) {
+    TileWork work;
+    if (!PlanTile<Shape<kHeadDim>::kBlockN>(args, seq, tile_m, &work)) continue;
+    AttendTile<T, kHeadDim>(args, seq, blockIdx.x, work, div, q_vec4, reinterpret_cast<T*>(smem));
+    __syncthreads();  // shared memory is reused by the next sequence
+  }
+}
+
+template <typename T, int kHeadDim>
+cudaError_t Launch(const PagedAttentionArgs& args, dim3 grid, const BlockDivider& div,
+                   bool q_vec4, cudaStream_t stream) {
+  constexpr int kSmemBytes = Shape<kHeadDim>::kSmemBytes;
+  const cudaError_t error = cudaFuncSetAttribute(
+      PrefillAttentionKernel<T, kHeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  if (error != cudaSuccess) return error;
+  PrefillAttentionKernel<T, kHeadDim><<<grid, kThreads, kSmemBytes, stream>>>(args, div, q_vec4);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t LaunchForHeadDim(const PagedAttentionArgs& args, dim3 grid, const BlockDivider& div,
+                             bool q_vec4, cudaStream_t stream) {
+  switch (args.cache.head_dim) {
+    case 64: return Launch<T, 64>(args, grid, div, q_vec4, stream);
+    case 80: return Launch<T, 80>(args, grid, div, q_vec4, stream);
+    case 96: return Launch<T, 96>(args, grid, div, q_vec4, stream);
+    case 128: return Launch<T, 128>(args, grid, div, q_vec4, stream);
+    case 256: return Launch<T, 256>(args, grid, div, q_vec4, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+bool Aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+}  // namespace
+
+bool PrefillAttentionSupports(const PagedAttentionArgs& args) {
+  const PagedKvView& cache = args.cache;
+  const int32_t d = cache.head_dim;
+  return (cache.dtype == DType::kBF16 || cache.dtype == DType::kF16) &&
+         (d == 64 || d == 80 || d == 96 || d == 128 || d == 256) && cache.block_size >= 1 &&
+         cache.num_kv_heads >= 1 && args.num_heads >= 1 &&
+         args.num_heads % cache.num_kv_heads == 0 && args.num_seqs >= 0 &&
+         args.max_blocks_per_seq >= 0 && args.sliding_window >= 0 && Aligned16(cache.k) &&
+         Aligned16(cache.v);
+}
+
+cudaError_t PrefillAttention(const PagedAttentionArgs& args, int32_t max_query_len,
+                             cudaStream_t stream) {
+  if (!PrefillAttentionSupports(args) || max_query_len < 0) return cudaErrorInvalidValue;
+  const int64_t num_tiles = (int64_t{max_query_len} + kBlockM - 1) / kBlockM;
+  if (num_tiles > kMaxGridY) return cudaErrorInvalidValue;
+  if (args.num_seqs == 0 || max_query_len < 2) return cudaSuccess;
+  const dim3 grid(static_cast<unsigned>(args.num_heads), static_cast<unsigned>(num_tiles),
+                  static_cast<unsigned>(std::min(args.num_seqs, kMaxGridZ)));
+  // q rows as float4 when every row start is 16-byte aligned (head offsets are: head_dim % 16
+  // == 0).
+  const bool q_vec4 = Aligned16(args.q) && args.q_stride % 4 == 0;
+  const BlockDivider div = MakeBlockDivider(static_cast<uint32_t>(args.cache.block_size));
+  if (args.cache.dtype == DType::kBF16) {
+    return LaunchForHeadDim<__nv_bfloat16>(args, grid, div, q_vec4, stream);
+  }
+  return LaunchForHeadDim<__half>(args, grid, div, q_vec4, stream);
+}
+
+}  // namespace loom::cuda

@@ -1,0 +1,136 @@
+// The whole model on the CUDA backend: against Hugging Face transformers' logits (the golden
+// fixtures of tests/golden) and against the CPU backend, with and without CUDA graphs, in mixed
+// and chunked batches. Skipped without a device.
+//
+// Tolerances. Checkpoints stored in f32 multiply in f32 on cuBLAS (no TF32), so they meet the
+// fixtures' own tolerance (1e-3) up to a small factor for summation order. bf16/f16 checkpoints
+// multiply on the tensor cores after rounding each matmul's input rows to the weights' type
+// (engine/backend/cuda/cuda_ops.h): ~3 significant digits per layer input, which moves logits
+// (std ~2, max ~10 on these models) by up to a few hundredths; greedy tokens may then flip only
+// where the reference's top-2 margin is that small.
+#include <gtest/gtest.h>
+
+#include "kernels/cuda/device.h"
+#include "tests/golden/golden_util.h"
+
+namespace loom {
+namespace {
+
+using namespace golden;  // NOLINT: the golden tests' helpers
+
+constexpr float kF32Tolerance = 3e-3f;
+constexpr float kRoundedTolerance = 0.1f;
+
+class CudaModelTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (!cuda::CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device";
+    golden_ = LoadGolden(GetParam());
+  }
+  // The tolerance for this checkpoint's weight dtype on the CUDA backend.
+  float Tolerance(const LocalExecutor& executor) const {
+    return executor.model_info().weight_dtype == DType::kF32 ? kF32Tolerance : kRoundedTolerance;
+  }
+  bool Rounded(const LocalExecutor& executor) const {
+    return executor.model_info().weight_dtype != DType::kF32;
+  }
+  std::unique_ptr<Golden> golden_;
+};
+
+EngineSetup Cuda(EngineSetup setup = {}) {
+  setup.backend = BackendKind::kCuda;
+  return setup;
+}
+
+TEST_P(CudaModelTest, AloneMatchesTransformers) {
+  auto executor = MakeExecutor(*golden_, Cuda());
+  ASSERT_NE(executor, nullptr);
+  for (size_t i = 0; i < golden_->prompts.size(); ++i) {
+    Golden one;
+    one.vocab = golden_->vocab;
+    one.prompts = {golden_->prompts[i]};
+    const EngineRun run = RunPrompts(*executor, one, {});
+    ExpectMatchesReference(one, run, Tolerance(*executor), Rounded(*executor));
+  }
+  EXPECT_EQ(executor->num_sequences(), 0u);
+}
+
+// Prefills mixed with decodes, 3-token chunks attending to cached blocks of 5.
+TEST_P(CudaModelTest, MixedBatchAndChunkedPrefillMatch) {
+  auto executor = MakeExecutor(*golden_, Cuda({.block_size = 5}));
+  ASSERT_NE(executor, nullptr);
+  std::vector<int32_t> first_steps;
+  for (size_t i = 0; i < golden_->prompts.size(); ++i) first_steps.push_back(int32_t(i) * 3);
+  const EngineRun run = RunPrompts(*executor, *golden_, {.prefill_chunk = 3}, first_steps);
+  ExpectMatchesReference(*golden_, run, Tolerance(*executor), Rounded(*executor));
+}
+
+// A bf16 cache on the device: the CPU backend's own tolerance for it.
+TEST_P(CudaModelTest, Bf16KvCacheStaysClose) {
+  auto executor = MakeExecutor(*golden_, Cuda({.kv_dtype = DType::kBF16}));
+  ASSERT_NE(executor, nullptr);
+  const EngineRun run = RunPrompts(*executor, *golden_, {.prefill_chunk = 7});
+  ExpectMatchesReference(*golden_, run, 0.25f + Tolerance(*executor), /*allow_near_ties=*/true);
+}
+
+// Decode steps replayed from CUDA graphs give what direct launches give: the same tokens, and
+// logits equal up to the summation order of a different split-KV partition (the graph pads the
+// batch and sizes splits for the longest context).
+TEST_P(CudaModelTest, GraphsMatchDirectLaunches) {
+  auto direct = MakeExecutor(*golden_, Cuda({.kv_dtype = DType::kBF16, .cuda_graphs = false}));
+  auto graphed = MakeExecutor(*golden_, Cuda({.kv_dtype = DType::kBF16}));
+  ASSERT_NE(direct, nullptr);
+  ASSERT_NE(graphed, nullptr);
+  std::vector<int32_t> first_steps;
+  for (size_t i = 0; i < golden_->prompts.size(); ++i) first_steps.push_back(int32_t(i) * 2);
+  const EngineRun a = RunPrompts(*direct, *golden_, {}, first_steps);
+  const EngineRun b = RunPrompts(*graphed, *golden_, {}, first_steps);
+  ASSERT_EQ(a.results.size(), b.results.size());
+  for (size_t i = 0; i < a.results.size(); ++i) {
+    EXPECT_EQ(a.results[i].output_tokens, b.results[i].output_tokens) << "prompt " << i;
+  }
+  ASSERT_EQ(a.logits.size(), b.logits.size());
+  float worst = 0;
+  for (const auto& [key, row] : a.logits) {
+    auto it = b.logits.find(key);
+    ASSERT_NE(it, b.logits.end());
+    worst = std::max(worst, MaxAbsDiff(row, it->second.data()));
+  }
+  EXPECT_LE(worst, 1e-3f);
+  RecordProperty("max_abs_logit_diff", std::to_string(worst));
+}
+
+// The CUDA backend against the CPU backend on the same engine settings: every logit row of the
+// run within the rounding tolerance, the greedy tokens equal except after a near tie.
+TEST_P(CudaModelTest, MatchesTheCpuBackend) {
+  auto cpu = MakeExecutor(*golden_, {.kv_dtype = DType::kF32});
+  auto gpu = MakeExecutor(*golden_, Cuda({.kv_dtype = DType::kF32}));
+  ASSERT_NE(cpu, nullptr);
+  ASSERT_NE(gpu, nullptr);
+  const EngineRun a = RunPrompts(*cpu, *golden_, {.prefill_chunk = 5});
+  const EngineRun b = RunPrompts(*gpu, *golden_, {.prefill_chunk = 5});
+  ASSERT_EQ(a.results.size(), b.results.size());
+  const float tolerance = Tolerance(*gpu);
+  for (size_t i = 0; i < a.results.size(); ++i) {
+    const auto& ta = a.results[i].output_tokens;
+    const auto& tb = b.results[i].output_tokens;
+    const int32_t len = static_cast<int32_t>(golden_->prompts[i].tokens.size());
+    // Compare logits up to the first differing token (later rows follow other continuations).
+    size_t same = 0;
+    while (same < ta.size() && same < tb.size() && ta[same] == tb[same]) ++same;
+    if (!Rounded(*gpu)) EXPECT_EQ(same, ta.size()) << "prompt " << i;
+    for (int32_t pos = 0; pos < len + static_cast<int32_t>(same); ++pos) {
+      auto ia = a.logits.find({a.results[i].seq_id.value(), pos});
+      auto ib = b.logits.find({b.results[i].seq_id.value(), pos});
+      if (ia == a.logits.end() || ib == b.logits.end()) continue;
+      EXPECT_LE(MaxAbsDiff(ia->second, ib->second.data()), tolerance)
+          << "prompt " << i << " position " << pos;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaModelTest, ::testing::ValuesIn(ModelNames()),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace loom
