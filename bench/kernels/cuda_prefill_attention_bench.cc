@@ -8,9 +8,9 @@
 //   TFLOPs         those FLOPs / kernel time, in 1e12 per second
 //   peak_fraction  TFLOPs over kPeakTflops, the dense bf16 tensor-core rate cuBLAS reaches on
 //                  the H200 (790 TFLOP/s: the large bf16 GEMM measurement quoted in the issue
-//                  that asked for this kernel). mma.sync kernels cannot use the wgmma path that rate
-//                  comes from, so read the fraction as "of what the chip delivers", not "of what
-//                  this instruction can reach".
+//                  that asked for this kernel). mma.sync kernels cannot use the wgmma path that
+//                  rate comes from, so read the fraction as "of what the chip delivers", not "of
+//                  what this instruction can reach".
 // Shapes: whole prompts of 512, 2K, 4K and 8K tokens (batches of 4K-16K tokens), a 2K-token chunk
 // after 6K cached tokens (chunked prefill), and the existing row-per-block cuda::PagedAttention on
 // one shape for comparison.

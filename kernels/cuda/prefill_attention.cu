@@ -7,12 +7,15 @@
 //   m_new = max(m, rowmax(S));  alpha = 2^(m - m_new);  P = 2^(S - m_new)
 //   l = alpha * l + rowsum(P);  O = alpha * O + T(P) V
 // and finally out = O / l. Scores are thus in log2 units (log2(e) folded into the scale of q), so
-// every exponential is one ex2.approx. A row max of -inf (a row that has seen no key yet; only
-// padding rows past q_len, in practice) is replaced by 0 in the exponents, so masked scores give
-// 2^-inf = 0, never NaN, and l = 0 stores 0.
+// every exponential is one ex2.approx. A row max of -inf (a row that has seen no key yet: padding
+// rows past q_len, or for N = 32 a row whose visible keys all lie in the next tile) is replaced
+// by 0 in the exponents, so masked scores give 2^-inf = 0, never NaN; l = 0 stores 0.
 //
-// Work split. Grid (num_heads, ceil(max_query_len / 64), min(num_seqs, 65535)); tiles are taken
-// heaviest (latest rows) first, and CTAs loop over sequences with a stride of gridDim.z. A CTA of
+// Work split. Grid (num_heads, ceil(max_query_len / 64) + num_seqs): y is a tile slot of a
+// ragged numbering (SlotOf below) in which sequence s owns ceil(q_len / 64) consecutive slots
+// plus at most one empty one (decode and idle sequences: just that); a sequence's latest,
+// heaviest rows take its first slot. CTAs loop over slots with a stride of gridDim.y when the
+// bound was tight. A CTA of
 // 4 warps owns query rows [64 * tile, 64 * tile + 64) of one sequence and head; warp w owns 16 of
 // them, [16 w, 16 w + 16), and every lane two: 16 w + lane / 4 and that + 8. The CTA visits the
 // key tiles ending at key_end = (position of its last valid row) + 1, going backwards from the
@@ -26,14 +29,17 @@
 //   Q  [64][D + 8]          q tile, pre-scaled and rounded (zero rows past q_len)
 //   K  [2][N][D + 8]        double-buffered key tiles, filled with 16-byte cp.async.cg
 //   V  [2][N][D + 8]        double-buffered value tiles
-// 85 KiB for D = 128, 99 KiB for D = 256: two CTAs per SM. The cp.async gather of tile i + 1
+// 45 KiB for D = 64 (three CTAs per SM), 85 KiB for D = 128 and 99 KiB for D = 256 (two CTAs
+// per SM; ptxas: 238 registers for D = 128, 255 for D = 256, which spills one register outside
+// the key loop; 168 for D = 64). The cp.async gather of tile i + 1
 // (each key row looked up in the block table; rows outside [key_begin, key_end) zero-filled with
 // src-size 0, never read) is issued right after the barrier that opens tile i, so it overlaps
 // tile i's math. For D <= 128 a warp keeps its Q fragments in registers for the whole walk; for
 // D = 256 it re-reads them from shared memory per k-step (registers: O alone is 128).
 //
 // Fragments (PTX mma.m16n8k16, .row.col, T inputs, f32 accumulators; g = lane / 4, c = lane % 4):
-//   A (16x16): a[0] = (g, 2c..2c+1), a[1] = (g + 8, 2c..), a[2] = (g, 2c + 8..), a[3] = (g + 8, 2c + 8..)
+//   A (16x16): a[0] = (g, 2c..2c+1), a[1] = (g + 8, 2c..2c+1), a[2] = (g, 2c+8..2c+9),
+//              a[3] = (g + 8, 2c+8..2c+9)   (row, columns; the lower column in the low half)
 //   B (16x8):  b[0] = (k 2c..2c+1, n g), b[1] = (k 2c + 8.., n g)
 //   C (16x8):  c[0..1] = (g, 2c..2c+1), c[2..3] = (g + 8, 2c..2c+1)
 //   S = Q K^T: A from ldmatrix.x4 of Q rows (lanes 0-15 rows 0-15 at column 0, lanes 16-31 rows
@@ -49,6 +55,10 @@
 // 4 * D * sum over rows of keys seen, is what benchmarks report); bytes: 64 * D * 4 of q read,
 // 64 * D * 4 of out written, 2 * N * D * 2 * K of K/V gathered (served mostly from L2: the heads
 // of a GQA group and neighbouring tiles of one sequence read the same blocks).
+// Throughput bound: with 16 rows per warp every warp reads every K/V fragment from shared memory
+// itself, one 512-byte ldmatrix per two HMMA.16816, so the shared-memory pipe (128 B/clock/SM),
+// not the tensor cores, limits the kernel to roughly half of the dense mma peak. 32 rows per warp
+// (a 128-row tile, Q re-read from shared memory) would halve that traffic at ~255 registers.
 #include "kernels/cuda/prefill_attention.h"
 
 #include <cuda_bf16.h>
@@ -67,7 +77,6 @@ constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kBlockM = 16 * kWarps;  // query rows per CTA
 constexpr int kMaxGridY = 65535;
-constexpr int kMaxGridZ = 65535;
 constexpr float kLog2e = 1.4426950408889634f;
 
 template <int kHeadDim>
@@ -82,6 +91,8 @@ struct Shape {
   static constexpr int kQElems = kBlockM * kStride;
   static constexpr int kKvElems = kBlockN * kStride;
   static constexpr int kSmemBytes = 2 * (kQElems + 4 * kKvElems);
+  // CTAs per SM the registers are budgeted for (3 caps a thread at 168 registers, 2 at 255).
+  static constexpr int kMinBlocks = kHeadDim <= 64 ? 3 : 2;
   static_assert(kHeadDim % 16 == 0 && kChunks % 2 == 0);
   static_assert(kBlockN * kChunks % kThreads == 0 && kBlockM * kHeadDim / 4 % kThreads == 0);
 };
@@ -359,8 +370,9 @@ __device__ __forceinline__ void StoreRows(float* out, int64_t out_stride, int ro
   }
 }
 
-// What a CTA computes: rows [m0, m0 + rows) of sequence `seq`'s query, head `head`.
+// What a CTA computes: rows [m0, m0 + rows) of sequence `seq`'s query rows, for one head.
 struct TileWork {
+  int seq;
   int64_t first_token;  // query row (token index) of tile row 0
   int rows;             // valid rows, <= kBlockM
   int pos0;             // position of tile row 0
@@ -370,17 +382,39 @@ struct TileWork {
   int num_tiles;
 };
 
+// Tile slots. Sequence s owns slots [SlotOf(s), SlotOf(s) + ceil(q_len(s) / 64)): from one
+// sequence to the next, floor(query_start[s] / 64) + s grows by at least ceil(q_len / 64), so the
+// ranges never overlap and SlotOf(num_seqs) bounds them all. A slot past its sequence's tiles (or
+// of a sequence with fewer than 2 rows) is empty. The host needs no per-sequence plan, and a
+// batch of many decode rows costs one empty slot per sequence, not a grid row.
+__device__ __forceinline__ int SlotOf(const int32_t* query_start, int seq) {
+  return query_start[seq] / kBlockM + seq;
+}
+
+// Fills `work` for `slot`; false when the slot is empty.
 template <int kBlockN>
-__device__ __forceinline__ bool PlanTile(const PagedAttentionArgs& args, int seq, int tile_m,
+__device__ __forceinline__ bool PlanTile(const PagedAttentionArgs& args, int slot,
                                          TileWork* work) {
-  const int q_begin = args.query_start[seq];
-  const int q_len = args.query_start[seq + 1] - q_begin;
-  const int m0 = tile_m * kBlockM;
-  if (q_len < 2 || m0 >= q_len) return false;
+  int lo = 0, hi = args.num_seqs - 1;  // the last sequence with SlotOf(seq) <= slot
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (SlotOf(args.query_start, mid) <= slot) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  const int q_begin = args.query_start[lo];
+  const int q_len = args.query_start[lo + 1] - q_begin;
+  const int q_tiles = (q_len + kBlockM - 1) / kBlockM;
+  const int k = slot - SlotOf(args.query_start, lo);
+  if (q_len < 2 || k >= q_tiles) return false;
+  const int m0 = (q_tiles - 1 - k) * kBlockM;  // a sequence's heaviest (last) tile first
   const int window = args.sliding_window;
+  work->seq = lo;
   work->first_token = int64_t{q_begin} + m0;
   work->rows = min(kBlockM, q_len - m0);
-  work->pos0 = args.seq_lens[seq] - q_len + m0;
+  work->pos0 = args.seq_lens[lo] - q_len + m0;
   work->key_end = work->pos0 + work->rows;
   work->key_begin = window > 0 ? max(0, work->pos0 - window + 1) : 0;
   work->mask_lo = window > 0 ? max(0, work->key_end - window) : 0;
@@ -391,7 +425,7 @@ __device__ __forceinline__ bool PlanTile(const PagedAttentionArgs& args, int seq
 
 // One CTA's tile: Q to shared memory (and registers), the walk over key tiles, the output.
 template <typename T, int kHeadDim>
-__device__ __forceinline__ void AttendTile(const PagedAttentionArgs& args, int seq, int head,
+__device__ __forceinline__ void AttendTile(const PagedAttentionArgs& args, int head,
                                            const TileWork& work, const BlockDivider& div,
                                            bool q_vec4, T* smem) {
   using S = Shape<kHeadDim>;
@@ -400,7 +434,7 @@ __device__ __forceinline__ void AttendTile(const PagedAttentionArgs& args, int s
   const int64_t head_stride = int64_t{cache.block_size} * kHeadDim;
   const KvSource<T> src = {static_cast<const T*>(cache.k) + kv_head * head_stride,
                            static_cast<const T*>(cache.v) + kv_head * head_stride,
-                           args.block_tables + int64_t{seq} * args.max_blocks_per_seq,
+                           args.block_tables + int64_t{work.seq} * args.max_blocks_per_seq,
                            head_stride * cache.num_kv_heads, div};
   constexpr uint32_t kBufBytes = S::kKvElems * sizeof(T);
   const uint32_t q_base = SmemAddr(smem);
@@ -462,16 +496,16 @@ __device__ __forceinline__ void AttendTile(const PagedAttentionArgs& args, int s
 }
 
 template <typename T, int kHeadDim>
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(kThreads, Shape<kHeadDim>::kMinBlocks)
     PrefillAttentionKernel(const PagedAttentionArgs args, const BlockDivider div,
                            const bool q_vec4) {
   extern __shared__ uint4 smem[];
-  const int tile_m = gridDim.y - 1 - blockIdx.y;  // the heaviest tiles start first
-  for (int seq = blockIdx.z; seq < args.num_seqs; seq += gridDim.z) {
+  const int slot_end = SlotOf(args.query_start, args.num_seqs);
+  for (int slot = blockIdx.y; slot < slot_end; slot += gridDim.y) {
     TileWork work;
-    if (!PlanTile<Shape<kHeadDim>::kBlockN>(args, seq, tile_m, &work)) continue;
-    AttendTile<T, kHeadDim>(args, seq, blockIdx.x, work, div, q_vec4, reinterpret_cast<T*>(smem));
-    __syncthreads();  // shared memory is reused by the next sequence
+    if (!PlanTile<Shape<kHeadDim>::kBlockN>(args, slot, &work)) continue;
+    AttendTile<T, kHeadDim>(args, blockIdx.x, work, div, q_vec4, reinterpret_cast<T*>(smem));
+    __syncthreads();  // shared memory is reused by the CTA's next slot
   }
 }
 
@@ -517,11 +551,12 @@ bool PrefillAttentionSupports(const PagedAttentionArgs& args) {
 cudaError_t PrefillAttention(const PagedAttentionArgs& args, int32_t max_query_len,
                              cudaStream_t stream) {
   if (!PrefillAttentionSupports(args) || max_query_len < 0) return cudaErrorInvalidValue;
-  const int64_t num_tiles = (int64_t{max_query_len} + kBlockM - 1) / kBlockM;
-  if (num_tiles > kMaxGridY) return cudaErrorInvalidValue;
   if (args.num_seqs == 0 || max_query_len < 2) return cudaSuccess;
-  const dim3 grid(static_cast<unsigned>(args.num_heads), static_cast<unsigned>(num_tiles),
-                  static_cast<unsigned>(std::min(args.num_seqs, kMaxGridZ)));
+  // Enough slots for every tile when max_query_len bounds the batch's token count (as the engine
+  // passes it); with a tighter bound the CTAs loop over the remaining slots.
+  const int64_t slots = (int64_t{max_query_len} + kBlockM - 1) / kBlockM + args.num_seqs;
+  const dim3 grid(static_cast<unsigned>(args.num_heads),
+                  static_cast<unsigned>(std::min<int64_t>(slots, kMaxGridY)));
   // q rows as float4 when every row start is 16-byte aligned (head offsets are: head_dim % 16
   // == 0).
   const bool q_vec4 = Aligned16(args.q) && args.q_stride % 4 == 0;

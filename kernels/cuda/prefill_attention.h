@@ -11,10 +11,10 @@
 //   first(p) = 0, or max(0, p - sliding_window + 1) when a window is set.
 //
 // So a chunk of a chunked prefill attends to every cached key before it and causally within
-// itself. Work split: one CTA of 4 warps per (64-row query tile, head, sequence); each warp owns
-// 16 query rows and walks the CTA's key tiles (64 keys, 32 for head_dim 256) from the diagonal
-// backwards, with an online softmax. Details (fragment layouts, shared memory, bytes and FLOPs)
-// at the top of prefill_attention.cu.
+// itself. Work split: one CTA of 4 warps per (64-row query tile of a sequence, head); each warp
+// owns 16 query rows and walks the CTA's key tiles (64 keys, 32 for head_dim 256) from the
+// diagonal backwards, with an online softmax. Details (fragment layouts, shared memory, bytes
+// and FLOPs) at the top of prefill_attention.cu.
 //
 // Accuracy: q * scale is rounded to the cache's 16-bit type, and so are the softmax
 // probabilities before they multiply V (sums and the output stay f32), so results differ from
@@ -41,10 +41,11 @@ bool PrefillAttentionSupports(const PagedAttentionArgs& args);
 
 // Attention for every sequence with two or more query rows; the output rows of sequences with 0
 // or 1 query rows are left untouched. `max_query_len` is an upper bound, known on the host, of
-// every sequence's query length (e.g. the step's token count); it sizes the grid only. Returns
-// cudaErrorInvalidValue for unsupported args (see PrefillAttentionSupports), a negative
-// max_query_len or one above 64 * 65535; cudaSuccess without a launch when there is nothing to
-// do (no sequence, or max_query_len < 2); otherwise the launch error.
+// every sequence's query length; it sizes the grid only, which covers the batch in one pass when
+// it also bounds the token count (the engine passes the step's num_tokens). Returns
+// cudaErrorInvalidValue for unsupported args (see PrefillAttentionSupports) or a negative
+// max_query_len; cudaSuccess without a launch when there is nothing to do (no sequence, or
+// max_query_len < 2); otherwise the launch error.
 cudaError_t PrefillAttention(const PagedAttentionArgs& args, int32_t max_query_len,
                              cudaStream_t stream);
 
