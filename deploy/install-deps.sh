@@ -23,13 +23,23 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 
+# Every package named here is needed from a minimal Debian 12 (debootstrap --variant=minbase):
+# tests/run.sh's fresh-machine stage proves it by running this script in such a root.
 apt_packages=(
-  build-essential cmake ninja-build ccache pkg-config git
-  libabsl-dev nlohmann-json3-dev
-  libgtest-dev libgmock-dev googletest libbenchmark-dev libsimde-dev
-  libboost-dev prometheus-cpp-dev libutf8proc-dev clang libclang-rt-14-dev
-  prometheus openssl
+  # toolchain and build
+  build-essential cmake ninja-build ccache pkg-config git ca-certificates
+  # C++ libraries (find_package in CMakeLists.txt, server/CMakeLists.txt, proto/CMakeLists.txt)
+  libabsl-dev nlohmann-json3-dev libboost-dev prometheus-cpp-dev libutf8proc-dev
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  # tests and benchmarks: GoogleTest, Google Benchmark, SIMDe (ISA emulation tests),
+  # clang + libFuzzer runtime (fuzz preset)
+  libgtest-dev libgmock-dev googletest libbenchmark-dev libsimde-dev clang libclang-rt-14-dev
+  # tools the integration tests call: promtool and prometheus, openssl (TLS certificates), curl
+  prometheus openssl curl
+  # the Python test references live in a virtual environment
   python3 python3-venv python3-pip
+  # tests/run.sh's fresh-machine stage makes a minimal Debian root
+  debootstrap
 )
 
 if [[ $apt -eq 1 ]]; then

@@ -4,6 +4,9 @@
 #   tests/run.sh            CPU release build + all tests; with nvcc present, also the CUDA
 #                           preset (compile and link; `gpu` tests skip without a device)
 #                           and the text layer's libFuzzer targets (clang) for a bounded time each
+#   LOOM_FRESH_MACHINE=0    skip the fresh-machine stage (tests/fresh_machine.sh: install-deps,
+#                           build and one completion inside a new minimal Debian 12 root; needs
+#                           root and about 10 minutes with a warm compiler cache)
 #   LOOM_TEST_SANITIZE=1    additionally build the ASan/UBSan preset and run its tests
 #   LOOM_FUZZ_SECONDS=N     seconds per fuzz target (default 60; 0 skips fuzzing)
 set -euo pipefail
@@ -14,7 +17,10 @@ jobs="${LOOM_BUILD_JOBS:-$(nproc)}"
 
 deploy/install-deps.sh
 export LOOM_PYTHON="$root/build/venv/bin/python"
-export CCACHE_DIR="${CCACHE_DIR:-$root/build/ccache}"
+# The compiler cache lives outside the work tree so that a new clone on the same machine (CI's)
+# starts warm; the base dir makes its entries independent of where the clone is.
+export CCACHE_DIR="${CCACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/loom/ccache}"
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
 
 # run_preset PRESET [ctest arguments...]
 run_preset() {
@@ -29,6 +35,17 @@ run_preset() {
 }
 
 run_preset cpu-release
+# The README's set-up command on a new minimal Debian 12 root (tests/fresh_machine.sh). It needs
+# root; LOOM_FRESH_MACHINE=0 skips it for quick local runs, and CI always runs it.
+fresh="${LOOM_FRESH_MACHINE:-1}"
+if [[ "$fresh" != "0" && $(id -u) -ne 0 && "${CI:-}" != "true" && -z "${LOOM_FRESH_MACHINE:-}" ]]; then
+  echo "=== fresh machine: skipped (needs root; set LOOM_FRESH_MACHINE=1 to require it)"
+  fresh=0
+fi
+if [[ "$fresh" != "0" ]]; then
+  echo "=== fresh machine: deploy/quickstart.sh on a minimal Debian 12"
+  tests/fresh_machine.sh
+fi
 fuzz_seconds="${LOOM_FUZZ_SECONDS:-60}"
 if [[ "$fuzz_seconds" != "0" ]]; then
   echo "=== fuzz: configure"

@@ -77,7 +77,12 @@ absl::Status OptString(const Json& obj, std::string_view key, std::string* out) 
 
 absl::StatusOr<int32_t> TokenId(const Json& v, std::string_view param, int32_t vocab) {
   if (!v.IsInteger() || v.IsBool()) return ParamError(param, "token ids must be integers");
-  const int64_t id = *v.AsInt();
+  // Integers beyond int64 (e.g. 2^63) are an error of AsInt, not a crash.
+  absl::StatusOr<int64_t> parsed = v.AsInt();
+  if (!parsed.ok()) {
+    return ParamError(param, StrCat("token id is outside the vocabulary [0, ", vocab, ")"));
+  }
+  const int64_t id = *parsed;
   if (id < 0 || id >= vocab) {
     return ParamError(param, StrCat("token id ", id, " is outside the vocabulary [0, ", vocab, ")"));
   }

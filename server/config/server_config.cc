@@ -174,7 +174,9 @@ absl::Status SetFromJson(const Key& k, const Json& v, std::string_view source, S
   }
   if (std::holds_alternative<int64_t ServerConfig::*>(k.field)) {
     if (!v.IsInteger()) return Bad(k, source, "must be an integer");
-    return SetFromText(k, std::to_string(*v.AsInt()), source, c);
+    absl::StatusOr<int64_t> i = v.AsInt();
+    if (!i.ok()) return Bad(k, source, "is out of range");
+    return SetFromText(k, std::to_string(*i), source, c);
   }
   if (std::holds_alternative<bool ServerConfig::*>(k.field)) {
     if (!v.IsBool()) return Bad(k, source, "must be true or false");

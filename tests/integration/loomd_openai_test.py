@@ -285,8 +285,8 @@ class OpenAIClientTest(unittest.TestCase):
         _, _, payload = self.server.raw("GET", "/metrics")
         self.assertIn(b'loom_request_success_total{finished_reason="rejected"', payload)
         promtool = shutil.which("promtool")
-        if promtool is None:
-            self.skipTest("promtool not installed")
+        # A missing tool is a broken install, not a reason to pass.
+        self.assertIsNotNone(promtool, "promtool not found: deploy/install-deps.sh installs it")
         check = subprocess.run([promtool, "check", "metrics"], input=payload, capture_output=True)
         self.assertEqual(check.returncode, 0, check.stdout + check.stderr)
 

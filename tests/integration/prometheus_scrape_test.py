@@ -42,8 +42,9 @@ def main():
     args = p.parse_args()
     prometheus = shutil.which("prometheus")
     if prometheus is None:
-        print("prometheus not installed: skipped")
-        return 0
+        # A missing tool is a broken install, not a reason to pass.
+        print("FAIL: prometheus not found: deploy/install-deps.sh installs it", file=sys.stderr)
+        return 1
     loomd = subprocess.Popen([args.loomd, "--model", args.model, "--host", "127.0.0.1", "--port", "0",
                               "--kv-cache-mb", "32", "--threads", "1", "--api-keys", KEY,
                               "--metrics-compat", "vllm"],

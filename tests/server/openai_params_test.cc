@@ -85,6 +85,23 @@ TEST(OpenAiParamsTest, WrongTypesAndRangesNameTheField) {
   ExpectError(Completion(R"({"prompt":"x","seed":1e30})"), "seed", "");
 }
 
+// Integers past int64 (2^63 and up, as JSON allows) are a 400 naming the field, never a crash.
+TEST(OpenAiParamsTest, TokenIdsBeyondInt64AreRefused) {
+  ExpectError(Completion(R"({"prompt":[9223372036854775808],"max_tokens":4})"), "prompt",
+              "outside the vocabulary");
+  ExpectError(Completion(R"({"prompt":[18446744073709551615]})"), "prompt", "outside the vocabulary");
+  ExpectError(Completion(R"({"prompt":[[1],[2,9223372036854775808]]})"), "prompt",
+              "outside the vocabulary");
+  ExpectError(Completion(R"({"prompt":"x","stop_token_ids":[9223372036854775808]})"),
+              "stop_token_ids", "outside the vocabulary");
+  ExpectError(Chat(R"({"messages":[{"role":"user","content":"x"}],
+                      "stop_token_ids":[9223372036854775808]})"),
+              "stop_token_ids", "outside the vocabulary");
+  ExpectError(Completion(R"({"prompt":[9223372036854775807]})"), "prompt", "outside the vocabulary");
+  ExpectError(Completion(R"({"prompt":[-9223372036854775808]})"), "prompt", "outside the vocabulary");
+  ExpectError(Completion(R"({"prompt":[1e300]})"), "prompt", "");
+}
+
 TEST(OpenAiParamsTest, MalformedBodies) {
   ExpectError(Completion("{"), "", "not valid JSON");
   ExpectError(Completion("[1]"), "", "JSON object");

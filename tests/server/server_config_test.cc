@@ -79,6 +79,9 @@ TEST(ServerConfigTest, ErrorsNameTheKeyAndTheSource) {
             std::string::npos);
   EXPECT_NE(message({"--config", WriteTemp(R"({"port": "80"})")}, env).find("must be an integer"),
             std::string::npos);
+  EXPECT_NE(message({"--config", WriteTemp(R"({"port": 9223372036854775808})")}, env)
+                .find("port is out of range"),
+            std::string::npos);
   EXPECT_NE(message({"--config", WriteTemp("{")}, env).find("loom_config_test.json"),
             std::string::npos);
   EXPECT_FALSE(Load({"--config", "/nonexistent/loom.json"}, env, &c).ok());
