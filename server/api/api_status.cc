@@ -2,7 +2,6 @@
 
 #include "absl/strings/cord.h"
 #include "engine/common/strings.h"
-#include "server/http/http_server.h"
 
 namespace loom::api {
 namespace {
@@ -54,12 +53,5 @@ std::string_view OpenAiErrorType(absl::StatusCode code) {
 }
 
 int GrpcCodeFor(absl::StatusCode code) { return static_cast<int>(code); }
-
-http::Response ErrorResponseFor(const absl::Status& status, int64_t retry_after_s) {
-  http::Response r = http::ErrorResponse(HttpStatusFor(status.code()), std::string(status.message()),
-                                         OpenAiErrorType(status.code()), ParamOf(status));
-  if (r.status == 503) r.headers.emplace_back("Retry-After", std::to_string(retry_after_s));
-  return r;
-}
 
 }  // namespace loom::api
