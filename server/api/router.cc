@@ -143,10 +143,13 @@ http::Handler MakeRouter(ServingContext& context, WorkQueue& work, std::string v
       r.headers.emplace_back("WWW-Authenticate", "Bearer");
       return responder->Send(std::move(r));
     }
+    // HEAD is GET without the body (the HTTP server drops it). A 405 names the route's methods.
     const auto method_is = [&](std::string_view m) {
-      if (req.method == m) return true;
-      responder->Send(http::ErrorResponse(405, StrCat(req.method, " is not allowed on ", path),
-                                          "invalid_request_error"));
+      if (req.method == m || (m == "GET" && req.method == "HEAD")) return true;
+      http::Response r = http::ErrorResponse(405, StrCat(req.method, " is not allowed on ", path),
+                                             "invalid_request_error");
+      r.headers.emplace_back("Allow", m == "GET" ? "GET, HEAD" : std::string(m));
+      responder->Send(std::move(r));
       return false;
     };
     if (path == "/livez") {

@@ -1,5 +1,6 @@
 // The HTTP routes of loomd and what guards them: API keys on every route but the probes, 404 for
-// unknown paths, 405 for a known path with the wrong method.
+// unknown paths, 405 (with `Allow`) for a known path with the wrong method. Every GET route also
+// answers HEAD, as GET without the body.
 //
 //   GET  /livez /readyz /health      probes (no key needed)
 //   GET  /version /v1/models /metrics

@@ -5,7 +5,8 @@
 // response), or with StartStream, any number of Write calls and End (a chunked body such as
 // server-sent events). Nothing a handler calls blocks on the client: writes are queued on the
 // connection and flushed by its own thread. When the client goes away, the cancel callback runs
-// once and later calls are ignored.
+// once and later calls are ignored. Calls after Send or End are ignored. A HEAD request is
+// answered like GET: the server drops the body.
 #pragma once
 
 #include <cstdint>

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """loomd end to end with real clients: the OpenAI Python client (completions and chat, streamed
-and not), raw malformed HTTP, client disconnects, Prometheus text checked by promtool, and the
+and not), raw malformed HTTP, HTTP/1.1 framing on one connection (pipelining, HEAD,
+100-continue, HTTP/1.0 streams), client disconnects, Prometheus text checked by promtool, and the
 SIGTERM drain. After every bad-input case the server still answers a normal request.
 
   python tests/integration/loomd_openai_test.py --loomd build/cpu-release/bin/loomd --model DIR
 """
 import argparse
 import http.client
+import io
 import json
 import os
 import shutil
@@ -289,6 +291,148 @@ class OpenAIClientTest(unittest.TestCase):
         self.assertIsNotNone(promtool, "promtool not found: deploy/install-deps.sh installs it")
         check = subprocess.run([promtool, "check", "metrics"], input=payload, capture_output=True)
         self.assertEqual(check.returncode, 0, check.stdout + check.stderr)
+
+
+def http_request(method, path, body=None, version="HTTP/1.1", extra=""):
+    """The bytes of one request with the API key; `body` is sent as JSON."""
+    data = b"" if body is None else json.dumps(body).encode()
+    head = f"{method} {path} {version}\r\nHost: x\r\nAuthorization: Bearer {API_KEY}\r\n{extra}"
+    if body is not None:
+        head += f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+    return head.encode() + b"\r\n" + data
+
+
+class ResponseReader:
+    """Reads the responses on one connection one after another with http.client's parser."""
+
+    class _File(io.BufferedReader):
+        def close(self):  # http.client closes it after each body; the next response follows
+            pass
+
+    def __init__(self, sock):
+        self.file = ResponseReader._File(socket.SocketIO(sock, "rb"))
+
+    def makefile(self, *args, **kwargs):
+        return self.file
+
+    def next(self, method):
+        response = http.client.HTTPResponse(self, method=method)
+        response.begin()
+        return response
+
+
+class HttpFramingTest(unittest.TestCase):
+    """HTTP/1.1 on one connection, as aiohttp, curl and raw-socket clients use it."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Loomd()
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.server.stop() == 0
+
+    def connect(self):
+        sock = socket.create_connection(("127.0.0.1", self.server.port), timeout=60)
+        self.addCleanup(sock.close)
+        return sock, ResponseReader(sock)
+
+    def test_pipelined_completions_are_answered_in_order(self):
+        # The second sent while the first is being generated: it waits for the first answer.
+        sock, reader = self.connect()
+        sock.sendall(http_request("POST", "/v1/completions",
+                                  {"prompt": "A long story", "max_tokens": 200, "ignore_eos": True}))
+        time.sleep(0.005)
+        sock.sendall(http_request("POST", "/v1/completions",
+                                  {"prompt": "next", "max_tokens": 1}))
+        for num_tokens in (200, 1):
+            response = reader.next("POST")
+            self.assertEqual(response.status, 200)
+            self.assertEqual(json.loads(response.read())["usage"]["completion_tokens"], num_tokens)
+        # Both at once: the answers come in the order asked.
+        sock.sendall(http_request("POST", "/v1/completions",
+                                  {"prompt": "one", "max_tokens": 5, "ignore_eos": True}) +
+                     http_request("POST", "/v1/completions",
+                                  {"prompt": "two", "max_tokens": 2, "ignore_eos": True}))
+        for num_tokens in (5, 2):
+            response = reader.next("POST")
+            self.assertEqual(response.status, 200)
+            self.assertEqual(json.loads(response.read())["usage"]["completion_tokens"], num_tokens)
+        # The second sent while the first streams (between two of its events): the stream runs
+        # to its end, then the answer comes.
+        sock.sendall(http_request("POST", "/v1/completions",
+                                  {"prompt": "A long story", "max_tokens": 200, "ignore_eos": True,
+                                   "stream": True}))
+        streamed = reader.next("POST")
+        self.assertEqual(streamed.status, 200)
+        body = streamed.read1()
+        sock.sendall(http_request("POST", "/v1/completions",
+                                  {"prompt": "after", "max_tokens": 3, "ignore_eos": True}))
+        body += streamed.read()
+        self.assertEqual(body.count(b'"finish_reason":"length"'), 1, body)
+        self.assertTrue(body.endswith(b"data: [DONE]\n\n"))
+        after = reader.next("POST")
+        self.assertEqual(json.loads(after.read())["usage"]["completion_tokens"], 3)
+
+    def test_head_then_get_on_one_connection(self):
+        sock, reader = self.connect()
+        sock.sendall(http_request("HEAD", "/v1/models") + http_request("GET", "/v1/models"))
+        head = reader.next("HEAD")
+        self.assertEqual(head.status, 200)
+        self.assertEqual(head.read(), b"")
+        get = reader.next("GET")
+        payload = get.read()
+        self.assertEqual(get.status, 200)
+        self.assertEqual(int(head.getheader("Content-Length")), len(payload))
+        self.assertEqual(json.loads(payload)["data"][0]["object"], "model")
+        # A wrong method is a 405 naming the right ones; the connection goes on.
+        sock.sendall(http_request("HEAD", "/v1/completions") + http_request("POST", "/v1/models", {}) +
+                     http_request("HEAD", "/health"))
+        refused = reader.next("HEAD")
+        self.assertEqual((refused.status, refused.getheader("Allow")), (405, "POST"))
+        self.assertEqual(refused.read(), b"")
+        refused = reader.next("POST")
+        self.assertEqual((refused.status, refused.getheader("Allow")), (405, "GET, HEAD"))
+        self.assertEqual(json.loads(refused.read())["error"]["code"], 405)
+        self.assertEqual(reader.next("HEAD").status, 200)
+
+    def test_expect_100_continue(self):
+        sock, reader = self.connect()
+        body = json.dumps({"prompt": "hi", "max_tokens": 2}).encode()
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                     API_KEY.encode() + b"\r\nContent-Type: application/json\r\n"
+                     b"Expect: 100-continue\r\nContent-Length: " + str(len(body)).encode() +
+                     b"\r\n\r\n")
+        sock.settimeout(5)
+        self.assertEqual(reader.file.readline(), b"HTTP/1.1 100 Continue\r\n")
+        self.assertEqual(reader.file.readline(), b"\r\n")
+        sock.sendall(body)
+        response = reader.next("POST")
+        self.assertEqual(response.status, 200)
+        self.assertEqual(json.loads(response.read())["usage"]["completion_tokens"], 2)
+        # Over the body limit (65536 here): refused before the body is sent.
+        sock2, reader2 = self.connect()
+        sock2.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                      b"Content-Length: 100000\r\n\r\n")
+        self.assertEqual(reader2.next("POST").status, 413)
+
+    def test_http10_stream_is_close_delimited(self):
+        sock, _ = self.connect()
+        sock.sendall(http_request("POST", "/v1/completions",
+                                  {"prompt": "old client", "max_tokens": 8, "ignore_eos": True,
+                                   "stream": True}, version="HTTP/1.0"))
+        received = b""
+        while True:
+            piece = sock.recv(65536)
+            if not piece:
+                break
+            received += piece
+        head, _, body = received.partition(b"\r\n\r\n")
+        self.assertNotIn(b"Transfer-Encoding", head)
+        self.assertIn(b"Connection: close", head)
+        self.assertTrue(body.startswith(b"data: {"), body)
+        self.assertTrue(body.endswith(b"data: [DONE]\n\n"), body)
+        self.assertEqual(body.count(b'"finish_reason":"length"'), 1)
 
 
 class AdmissionAndOptionsTest(unittest.TestCase):

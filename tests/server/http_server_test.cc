@@ -50,6 +50,21 @@ class RawClient {
     received_.clear();
     return out;
   }
+  // Reads until the server closes (or the timeout); true when it was a clean close (EOF, no
+  // reset). What was read is in `out`.
+  bool ReadToEof(std::string& out) {
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::recv(fd_, buf, sizeof(buf), 0)) > 0) received_.append(buf, static_cast<size_t>(n));
+    out = received_;
+    received_.clear();
+    return n == 0;
+  }
+  void SetReadTimeout(std::chrono::milliseconds timeout) {
+    timeval tv{static_cast<time_t>(timeout.count() / 1000),
+               static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  }
   bool ClosedByPeer() {
     char c;
     return ::recv(fd_, &c, 1, 0) == 0;
@@ -227,6 +242,212 @@ TEST_F(HttpServerTest, ADisconnectMidStreamCancels) {
   EXPECT_TRUE(cancelled.load());
   stop = true;
   producer.join();
+}
+
+// Streams "data: 0" .. "data: 4" from another thread, a few milliseconds apart, on path /s;
+// answers other paths like Echo. Counts cancellations.
+Handler SlowStreamOrEcho(std::atomic<int>& num_cancelled) {
+  Handler echo = Echo();
+  return [echo, &num_cancelled](const Request& req, std::shared_ptr<Responder> r) {
+    if (req.path != "/s") return echo(req, r);
+    r->OnCancel([&num_cancelled] { ++num_cancelled; });
+    std::thread([r] {
+      r->StartStream(200, "text/event-stream", {});
+      for (int i = 0; i < 5; ++i) {
+        r->Write("data: " + std::to_string(i) + "\n\n");
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      r->End();
+    }).detach();
+  };
+}
+
+size_t Count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST_F(HttpServerTest, ARequestPipelinedWhileAStreamRunsIsAnsweredAfterIt) {
+  std::atomic<int> num_cancelled{0};
+  StartServer({}, SlowStreamOrEcho(num_cancelled));
+  RawClient c(server_->port());
+  c.Send(Get("/s"));
+  std::string out = c.ReadUntil("data: 0");
+  c.Send(Get("/after"));  // while the stream still runs
+  out += c.ReadUntil("GET /after");
+  EXPECT_EQ(num_cancelled.load(), 0);
+  const size_t stream_end = out.find("data: 4\n\n\r\n0\r\n\r\n");
+  ASSERT_NE(stream_end, std::string::npos) << out;
+  const size_t second = out.find("HTTP/1.1 200 OK", stream_end);
+  ASSERT_NE(second, std::string::npos) << out;
+  EXPECT_NE(out.find("GET /after ?", second), std::string::npos);
+  EXPECT_EQ(Count(out, "HTTP/1.1 200 OK"), 2u);
+}
+
+TEST_F(HttpServerTest, PipelinedRequestsAreAnsweredInOrder) {
+  std::atomic<int> num_cancelled{0};
+  StartServer({}, SlowStreamOrEcho(num_cancelled));
+  RawClient c(server_->port());
+  c.Send(Get("/1") + Get("/s") + "POST /3 HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc" +
+         Get("/4"));
+  const std::string out = c.ReadUntil("GET /4 ?");
+  const size_t first = out.find("GET /1 ?");
+  const size_t stream = out.find("data: 4");
+  const size_t third = out.find("POST /3 ?  abc");
+  const size_t fourth = out.find("GET /4 ?");
+  ASSERT_NE(fourth, std::string::npos) << out;
+  EXPECT_LT(first, stream);
+  EXPECT_LT(stream, third);
+  EXPECT_LT(third, fourth);
+  EXPECT_EQ(num_cancelled.load(), 0);
+}
+
+TEST_F(HttpServerTest, PipelinedBytesBeyondTheBoundWaitInTheSocket) {
+  HttpServerOptions options;
+  options.max_pipelined_bytes = 64;
+  std::atomic<bool> have{false};
+  std::atomic<int> num_cancelled{0};
+  std::shared_ptr<Responder> held;
+  Handler echo = Echo();
+  StartServer(options, [&](const Request& req, std::shared_ptr<Responder> r) {
+    if (req.path != "/held") return echo(req, r);
+    r->OnCancel([&] { ++num_cancelled; });
+    held = r;
+    have = true;
+  });
+  RawClient c(server_->port());
+  std::string pipelined;
+  for (int i = 0; i < 20; ++i) pipelined += Get("/p" + std::to_string(i), "X-K: " + std::string(100, 'k') + "\r\n");
+  c.Send(Get("/held") + pipelined);
+  for (int i = 0; i < 400 && !have; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(have.load());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(num_cancelled.load(), 0);
+  Response res;
+  res.body = "held done";
+  held->Send(std::move(res));
+  const std::string out = c.ReadUntil("GET /p19 ?");
+  EXPECT_LT(out.find("held done"), out.find("GET /p0 ?"));
+  EXPECT_EQ(Count(out, "HTTP/1.1 200 OK"), 21u);
+}
+
+TEST_F(HttpServerTest, ADisconnectAfterPipelinedBytesStillCancels) {
+  HttpServerOptions options;
+  options.max_pipelined_bytes = 64;  // the second case: reading has paused at the bound
+  for (const std::string& extra : {std::string("GET /next HTTP/1.1\r\n"), std::string(4096, 'x')}) {
+    std::atomic<bool> cancelled{false};
+    std::atomic<bool> have{false};
+    std::shared_ptr<Responder> held;
+    StartServer(options, [&](const Request&, std::shared_ptr<Responder> r) {
+      r->OnCancel([&] { cancelled = true; });
+      held = r;
+      have = true;
+    });
+    {
+      RawClient c(server_->port());
+      c.Send(Get("/slow"));
+      for (int i = 0; i < 400 && !have; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      c.Send(extra);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      EXPECT_FALSE(cancelled.load());  // bytes alone are no disconnect
+    }
+    for (int i = 0; i < 400 && !cancelled; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_TRUE(cancelled.load()) << extra.size() << " bytes pipelined";
+    server_.reset();
+    held.reset();
+  }
+}
+
+TEST_F(HttpServerTest, HeadHasNoBodyAndTheConnectionGoesOn) {
+  std::atomic<int> num_cancelled{0};
+  StartServer({}, SlowStreamOrEcho(num_cancelled));
+  RawClient c(server_->port());
+  c.Send("HEAD /h HTTP/1.1\r\nHost: x\r\n\r\n");
+  c.Send(Get("/next"));
+  const std::string out = c.ReadUntil("GET /next ?");
+  const size_t header_end = out.find("\r\n\r\n");
+  ASSERT_NE(header_end, std::string::npos) << out;
+  const std::string head = out.substr(0, header_end + 4);
+  EXPECT_NE(head.find("HTTP/1.1 200 OK"), std::string::npos);
+  // What GET would send: Echo's "HEAD /h ?  " is 11 bytes.
+  EXPECT_NE(head.find("Content-Length: 11\r\n"), std::string::npos) << head;
+  EXPECT_EQ(out.substr(header_end + 4, 8), "HTTP/1.1") << out;
+  // A streamed answer to HEAD: the header only, then the next response.
+  c.Send("HEAD /s HTTP/1.1\r\nHost: x\r\n\r\n");
+  c.Send(Get("/last"));
+  const std::string streamed = c.ReadUntil("GET /last ?");
+  const size_t end = streamed.find("\r\n\r\n");
+  ASSERT_NE(end, std::string::npos) << streamed;
+  EXPECT_NE(streamed.find("text/event-stream"), std::string::npos);
+  EXPECT_EQ(streamed.substr(end + 4, 8), "HTTP/1.1") << streamed;
+  EXPECT_EQ(streamed.find("data:"), std::string::npos);
+  EXPECT_EQ(num_cancelled.load(), 0);
+}
+
+TEST_F(HttpServerTest, ExpectContinueIsAnsweredBeforeTheBody) {
+  StartServer({}, Echo());
+  RawClient c(server_->port());
+  c.SetReadTimeout(std::chrono::milliseconds(2000));
+  c.Send("POST /e HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n");
+  EXPECT_EQ(c.ReadUntil("\r\n\r\n"), "HTTP/1.1 100 Continue\r\n\r\n");
+  c.Send("hello");
+  const std::string out = c.ReadUntil("hello");
+  EXPECT_EQ(out.find("HTTP/1.1 200 OK"), 0u) << out;
+  EXPECT_NE(out.find("POST /e ?  hello"), std::string::npos);
+  // Without a body there is nothing to continue.
+  c.Send(Get("/g", "Expect: 100-continue\r\n"));
+  EXPECT_EQ(c.ReadUntil("GET /g").find("HTTP/1.1 200 OK"), 0u);
+}
+
+TEST_F(HttpServerTest, ExpectContinueWithABodyOverTheLimitIs413WithoutReadingIt) {
+  HttpServerOptions options;
+  options.max_body_bytes = 10;
+  StartServer(options, Echo());
+  RawClient c(server_->port());
+  c.SetReadTimeout(std::chrono::milliseconds(2000));
+  c.Send("POST /e HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 100\r\n\r\n");
+  std::string out;
+  EXPECT_TRUE(c.ReadToEof(out));  // answered, then closed cleanly; no body was sent
+  EXPECT_EQ(out.find("HTTP/1.1 413"), 0u) << out;
+  EXPECT_EQ(out.find("100 Continue"), std::string::npos);
+  EXPECT_NE(out.find("Connection: close"), std::string::npos);
+  // An expectation the server does not know is a 417.
+  RawClient d(server_->port());
+  d.Send("POST /e HTTP/1.1\r\nHost: x\r\nExpect: something-else\r\nContent-Length: 1\r\n\r\n");
+  EXPECT_EQ(d.ReadUntil("}}").find("HTTP/1.1 417"), 0u);
+}
+
+TEST_F(HttpServerTest, Http10StreamsAreCloseDelimited) {
+  std::atomic<int> num_cancelled{0};
+  StartServer({}, SlowStreamOrEcho(num_cancelled));
+  RawClient c(server_->port());
+  c.Send("GET /s HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+  std::string out;
+  EXPECT_TRUE(c.ReadToEof(out));
+  const size_t header_end = out.find("\r\n\r\n");
+  ASSERT_NE(header_end, std::string::npos) << out;
+  const std::string head = out.substr(0, header_end);
+  EXPECT_EQ(head.find("Transfer-Encoding"), std::string::npos) << head;
+  EXPECT_EQ(head.find("Content-Length"), std::string::npos) << head;
+  EXPECT_NE(head.find("Connection: close"), std::string::npos) << head;
+  EXPECT_EQ(out.substr(header_end + 4), "data: 0\n\ndata: 1\n\ndata: 2\n\ndata: 3\n\ndata: 4\n\n");
+  EXPECT_EQ(num_cancelled.load(), 0);
+}
+
+TEST_F(HttpServerTest, Http10KeepsTheConnectionOnlyWhenAsked) {
+  StartServer({}, Echo());
+  RawClient c(server_->port());
+  c.Send("GET /a HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+  const std::string first = c.ReadUntil("GET /a ?");
+  EXPECT_NE(first.find("Connection: keep-alive"), std::string::npos) << first;
+  c.Send("GET /b HTTP/1.0\r\n\r\n");
+  std::string second;
+  EXPECT_TRUE(c.ReadToEof(second));
+  EXPECT_NE(second.find("GET /b ?"), std::string::npos) << second;
+  EXPECT_NE(second.find("Connection: close"), std::string::npos) << second;
 }
 
 TEST(HttpServerStartTest, ABusyPortIsAClearError) {
