@@ -1,5 +1,6 @@
 #include "server/api/completions.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "engine/common/status.h"
@@ -49,11 +50,14 @@ absl::StatusOr<std::vector<CompletionJob::PromptInfo>> BuildPrompts(
   return prompts;
 }
 
-absl::StatusOr<GenerationRequest> BuildRequest(const ServingContext& context,
-                                               const CompletionParams& p, size_t prompt_len) {
+}  // namespace
+
+absl::StatusOr<GenerationRequest> BuildGenerationRequest(const ServingContext& context,
+                                                         const CompletionParams& p,
+                                                         size_t prompt_len) {
   const int64_t context_len = context.model.max_context_len;
   const char* what = p.kind == EndpointKind::kChat ? "messages" : "prompt";
-  int64_t max_tokens = p.max_tokens;
+  int64_t max_tokens = p.max_tokens.value_or(-1);
   if (max_tokens < 0) max_tokens = p.kind == EndpointKind::kChat ? context_len - prompt_len : 16;
   if (static_cast<int64_t>(prompt_len) + std::max<int64_t>(max_tokens, 1) > context_len) {
     return ParamError(what, StrCat("This model's maximum context length is ", context_len,
@@ -67,14 +71,14 @@ absl::StatusOr<GenerationRequest> BuildRequest(const ServingContext& context,
   SamplingParams& s = r.sampling;
   s.temperature = static_cast<float>(p.temperature);
   s.top_p = static_cast<float>(p.top_p);
-  s.top_k = p.top_k;
+  s.top_k = std::max(p.top_k, 0);  // vLLM's -1 disables, as 0 does
   s.min_p = static_cast<float>(p.min_p);
   s.repetition_penalty = static_cast<float>(p.repetition_penalty);
   s.frequency_penalty = static_cast<float>(p.frequency_penalty);
   s.presence_penalty = static_cast<float>(p.presence_penalty);
   for (const auto& [id, bias] : p.logit_bias) s.logit_bias.emplace_back(TokenId(id), bias);
   s.min_tokens = p.min_tokens;
-  s.logprobs = p.logprobs;
+  s.logprobs = p.logprobs.value_or(-1);
   if (p.seed.has_value()) {
     s.seed = static_cast<uint64_t>(*p.seed);
     r.has_seed = true;
@@ -92,6 +96,8 @@ absl::StatusOr<GenerationRequest> BuildRequest(const ServingContext& context,
   }
   return r;
 }
+
+namespace {
 
 // Content given as a list of text parts becomes one string (the parts joined by newlines), the
 // form chat templates expect; validation already refused any other kind of part.
@@ -193,7 +199,7 @@ void HandleCompletion(ServingContext& context, WorkQueue& work, EndpointKind kin
   if (!prompts.ok()) return Reject(context, *responder, prompts.status(), arrival);
   std::vector<GenerationRequest> requests;
   for (CompletionJob::PromptInfo& prompt : *prompts) {
-    absl::StatusOr<GenerationRequest> r = BuildRequest(context, *params, prompt.ids.size());
+    absl::StatusOr<GenerationRequest> r = BuildGenerationRequest(context, *params, prompt.ids.size());
     if (!r.ok()) return Reject(context, *responder, r.status(), arrival);
     r->prompt_ids = std::move(prompt.ids);  // the job keeps only the echo text
     requests.push_back(std::move(*r));

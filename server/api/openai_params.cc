@@ -2,12 +2,14 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
 #include "absl/container/flat_hash_set.h"
 #include "engine/common/json.h"
 #include "engine/common/status.h"
 #include "engine/common/strings.h"
 #include "server/api/api_status.h"
+#include "server/api/param_validation.h"
 
 namespace loom::api {
 namespace {
@@ -31,16 +33,13 @@ const absl::flat_hash_set<std::string_view>& KnownFields(EndpointKind kind) {
   return kind == EndpointKind::kChat ? *chat : *completion;
 }
 
-// Optional members: absent or null keeps the default.
-absl::Status OptNumber(const Json& obj, std::string_view key, double lo, double hi, double* out) {
+// Optional members: absent or null keeps the default. These check the JSON type and that a value
+// fits its field; the ranges of values are ValidateParams' (param_validation.h).
+absl::Status OptNumber(const Json& obj, std::string_view key, double* out) {
   std::optional<Json> v = obj.Find(key);
   if (!v.has_value() || v->IsNull()) return absl::OkStatus();
   if (!v->IsNumber() || v->IsBool()) return ParamError(key, StrCat("'", key, "' must be a number"));
-  const double d = *v->AsDouble();
-  if (!std::isfinite(d) || d < lo || d > hi) {
-    return ParamError(key, StrCat("'", key, "' must be in [", lo, ", ", hi, "]; got ", d));
-  }
-  *out = d;
+  *out = *v->AsDouble();
   return absl::OkStatus();
 }
 
@@ -56,6 +55,21 @@ absl::Status OptInt(const Json& obj, std::string_view key, int64_t lo, int64_t h
     return ParamError(key, StrCat("'", key, "' must be in [", lo, ", ", hi, "]"));
   }
   *out = static_cast<Int>(*i);
+  return absl::OkStatus();
+}
+
+// An integer that must fit `Int`; its range of values is checked later.
+template <typename Int>
+absl::Status OptInt(const Json& obj, std::string_view key, Int* out) {
+  return OptInt(obj, key, std::numeric_limits<Int>::min(), std::numeric_limits<Int>::max(), out);
+}
+
+absl::Status OptInt(const Json& obj, std::string_view key, std::optional<int32_t>* out) {
+  std::optional<Json> v = obj.Find(key);
+  if (!v.has_value() || v->IsNull()) return absl::OkStatus();
+  int32_t value = 0;
+  LOOM_RETURN_IF_ERROR(OptInt(obj, key, &value));
+  *out = value;
   return absl::OkStatus();
 }
 
@@ -82,8 +96,9 @@ absl::StatusOr<int32_t> TokenId(const Json& v, std::string_view param, int32_t v
   if (!parsed.ok()) {
     return ParamError(param, StrCat("token id is outside the vocabulary [0, ", vocab, ")"));
   }
+  // Only whether it fits an int32 here; the vocabulary bound is ValidateParams'.
   const int64_t id = *parsed;
-  if (id < 0 || id >= vocab) {
+  if (id < std::numeric_limits<int32_t>::min() || id > std::numeric_limits<int32_t>::max()) {
     return ParamError(param, StrCat("token id ", id, " is outside the vocabulary [0, ", vocab, ")"));
   }
   return static_cast<int32_t>(id);
@@ -201,15 +216,6 @@ absl::Status ParseStop(const Json& body, const ParseLimits& limits, CompletionPa
     } else {
       return ParamError("stop", "'stop' must be a string or an array of strings");
     }
-    if (static_cast<int32_t>(p->stop.size()) > limits.max_stop_strings) {
-      return ParamError("stop", StrCat("at most ", limits.max_stop_strings, " stop strings"));
-    }
-    for (const std::string& s : p->stop) {
-      if (s.empty() || static_cast<int32_t>(s.size()) > limits.max_stop_string_bytes) {
-        return ParamError("stop", StrCat("stop strings must have 1 to ",
-                                         limits.max_stop_string_bytes, " bytes"));
-      }
-    }
   }
   std::optional<Json> ids = body.Find("stop_token_ids");
   if (ids.has_value() && !ids->IsNull()) {
@@ -224,19 +230,15 @@ absl::Status ParseLogitBias(const Json& body, const ParseLimits& limits, Complet
   std::optional<Json> bias = body.Find("logit_bias");
   if (!bias.has_value() || bias->IsNull()) return absl::OkStatus();
   if (!bias->IsObject()) return ParamError("logit_bias", "'logit_bias' must be an object");
-  std::vector<std::pair<std::string, Json>> items = bias->Items();
-  if (static_cast<int32_t>(items.size()) > limits.max_logit_bias_entries) {
-    return ParamError("logit_bias",
-                      StrCat("at most ", limits.max_logit_bias_entries, " logit_bias entries"));
-  }
-  for (const auto& [key, value] : items) {
+  for (const auto& [key, value] : bias->Items()) {
     char* end = nullptr;
     const long long id = std::strtoll(key.c_str(), &end, 10);
-    if (key.empty() || *end != '\0' || id < 0 || id >= limits.vocab_size) {
+    if (key.empty() || *end != '\0' || id < std::numeric_limits<int32_t>::min() ||
+        id > std::numeric_limits<int32_t>::max()) {
       return ParamError("logit_bias", StrCat("logit_bias key '", key,
                                              "' is not a token id in [0, ", limits.vocab_size, ")"));
     }
-    if (!value.IsNumber() || value.IsBool() || std::abs(*value.AsDouble()) > 100) {
+    if (!value.IsNumber() || value.IsBool()) {
       return ParamError("logit_bias", "logit_bias values must be numbers in [-100, 100]");
     }
     p->logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(*value.AsDouble()));
@@ -246,17 +248,17 @@ absl::Status ParseLogitBias(const Json& body, const ParseLimits& limits, Complet
 
 absl::Status ParseLogprobs(const Json& body, EndpointKind kind, CompletionParams* p) {
   if (kind == EndpointKind::kCompletion) {
-    return OptInt(body, "logprobs", 0, 20, &p->logprobs);
+    return OptInt(body, "logprobs", &p->logprobs);
   }
   bool want = false;
   LOOM_RETURN_IF_ERROR(OptBool(body, "logprobs", &want));
   int32_t top = 0;
-  LOOM_RETURN_IF_ERROR(OptInt(body, "top_logprobs", 0, 20, &top));
+  LOOM_RETURN_IF_ERROR(OptInt(body, "top_logprobs", &top));
   std::optional<Json> top_given = body.Find("top_logprobs");
   if (!want && top_given.has_value() && !top_given->IsNull() && top > 0) {
     return ParamError("top_logprobs", "'top_logprobs' needs 'logprobs': true");
   }
-  p->logprobs = want ? top : -1;
+  if (want) p->logprobs = top;
   return absl::OkStatus();
 }
 
@@ -281,15 +283,13 @@ absl::Status ParseUnsupported(const Json& body, EndpointKind kind, CompletionPar
 }
 
 absl::Status ParseSampling(const Json& body, CompletionParams* p) {
-  LOOM_RETURN_IF_ERROR(OptNumber(body, "temperature", 0, 2, &p->temperature));
-  LOOM_RETURN_IF_ERROR(OptNumber(body, "top_p", 0, 1, &p->top_p));
-  if (p->top_p <= 0) return ParamError("top_p", "'top_p' must be in (0, 1]");
-  LOOM_RETURN_IF_ERROR(OptInt(body, "top_k", -1, 1 << 20, &p->top_k));
-  if (p->top_k < 0) p->top_k = 0;  // vLLM: -1 disables
-  LOOM_RETURN_IF_ERROR(OptNumber(body, "min_p", 0, 1, &p->min_p));
-  LOOM_RETURN_IF_ERROR(OptNumber(body, "repetition_penalty", 1e-3, 100, &p->repetition_penalty));
-  LOOM_RETURN_IF_ERROR(OptNumber(body, "frequency_penalty", -2, 2, &p->frequency_penalty));
-  LOOM_RETURN_IF_ERROR(OptNumber(body, "presence_penalty", -2, 2, &p->presence_penalty));
+  LOOM_RETURN_IF_ERROR(OptNumber(body, "temperature", &p->temperature));
+  LOOM_RETURN_IF_ERROR(OptNumber(body, "top_p", &p->top_p));
+  LOOM_RETURN_IF_ERROR(OptInt(body, "top_k", &p->top_k));
+  LOOM_RETURN_IF_ERROR(OptNumber(body, "min_p", &p->min_p));
+  LOOM_RETURN_IF_ERROR(OptNumber(body, "repetition_penalty", &p->repetition_penalty));
+  LOOM_RETURN_IF_ERROR(OptNumber(body, "frequency_penalty", &p->frequency_penalty));
+  LOOM_RETURN_IF_ERROR(OptNumber(body, "presence_penalty", &p->presence_penalty));
   int64_t seed = 0;
   if (std::optional<Json> s = body.Find("seed"); s.has_value() && !s->IsNull()) {
     LOOM_RETURN_IF_ERROR(OptInt(body, "seed", INT64_MIN, INT64_MAX, &seed));
@@ -322,14 +322,15 @@ absl::StatusOr<CompletionParams> ParseCompletionRequest(std::string_view raw, En
   } else {
     LOOM_RETURN_IF_ERROR(ParseMessages(body, raw, &p));
   }
-  LOOM_RETURN_IF_ERROR(OptInt(body, "max_tokens", 0, INT32_MAX, &p.max_tokens));
+  LOOM_RETURN_IF_ERROR(OptInt(body, "max_tokens", &p.max_tokens));
+  ParamNames names;
   if (kind == EndpointKind::kChat) {
-    LOOM_RETURN_IF_ERROR(OptInt(body, "max_completion_tokens", 0, INT32_MAX, &p.max_tokens));
+    names.logprobs = "top_logprobs";
+    std::optional<Json> mct = body.Find("max_completion_tokens");
+    if (mct.has_value() && !mct->IsNull()) names.max_tokens = "max_completion_tokens";
+    LOOM_RETURN_IF_ERROR(OptInt(body, "max_completion_tokens", &p.max_tokens));
   }
-  if (p.max_tokens == 0 && !p.echo) {
-    return ParamError("max_tokens", "'max_tokens' must be at least 1");
-  }
-  LOOM_RETURN_IF_ERROR(OptInt(body, "n", 1, limits.max_n, &p.n));
+  LOOM_RETURN_IF_ERROR(OptInt(body, "n", &p.n));
   LOOM_RETURN_IF_ERROR(OptBool(body, "stream", &p.stream));
   if (std::optional<Json> so = body.Find("stream_options"); so.has_value() && !so->IsNull()) {
     if (!so->IsObject()) return ParamError("stream_options", "'stream_options' must be an object");
@@ -341,21 +342,19 @@ absl::StatusOr<CompletionParams> ParseCompletionRequest(std::string_view raw, En
   LOOM_RETURN_IF_ERROR(ParseLogprobs(body, kind, &p));
   LOOM_RETURN_IF_ERROR(ParseStop(body, limits, &p));
   LOOM_RETURN_IF_ERROR(OptBool(body, "ignore_eos", &p.ignore_eos));
-  LOOM_RETURN_IF_ERROR(OptInt(body, "min_tokens", 0, INT32_MAX, &p.min_tokens));
-  if (p.max_tokens > 0 && p.min_tokens > p.max_tokens) {
-    return ParamError("min_tokens", "'min_tokens' must not exceed 'max_tokens'");
-  }
+  LOOM_RETURN_IF_ERROR(OptInt(body, "min_tokens", &p.min_tokens));
   LOOM_RETURN_IF_ERROR(OptBool(body, "include_stop_str_in_output", &p.include_stop_str_in_output));
   LOOM_RETURN_IF_ERROR(OptBool(body, "skip_special_tokens", &p.skip_special_tokens));
-  LOOM_RETURN_IF_ERROR(OptInt(body, "priority", -1000000, 1000000, &p.priority));
+  LOOM_RETURN_IF_ERROR(OptInt(body, "priority", &p.priority));
   LOOM_RETURN_IF_ERROR(OptString(body, "cache_salt", &p.cache_salt));
-  LOOM_RETURN_IF_ERROR(OptNumber(body, "timeout", 0, 86400 * 7, &p.timeout_s));
+  LOOM_RETURN_IF_ERROR(OptNumber(body, "timeout", &p.timeout_s));
   if (kind == EndpointKind::kChat) {
     LOOM_RETURN_IF_ERROR(OptString(body, "chat_template", &p.chat_template));
   }
   LOOM_RETURN_IF_ERROR(OptString(body, "user", &p.user));
   LOOM_RETURN_IF_ERROR(OptString(body, "request_id", &p.request_id));
   LOOM_RETURN_IF_ERROR(ParseUnsupported(body, kind, &p));
+  LOOM_RETURN_IF_ERROR(ValidateParams(p, limits, names));
   return p;
 }
 

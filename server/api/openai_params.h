@@ -2,7 +2,8 @@
 // plain parameters, before anything reaches the tokenizer or the scheduler.
 //
 // Every problem is a ParamError (400, naming the field): malformed JSON, wrong types, values out
-// of range, combinations that make no sense, and features loom does not have yet
+// of range and combinations that make no sense (these rules live in param_validation.h, shared
+// with the gRPC API), and features loom does not have yet
 // (`response_format` json_object/json_schema, `tools`, `suffix`, `best_of` != n) — these are
 // refused clearly, never silently ignored. Unknown fields are ignored unless `strict` is set,
 // then they are errors. Ranges follow OpenAI where it defines them, vLLM for its extensions.
@@ -41,8 +42,8 @@ struct CompletionParams {
   bool add_generation_prompt = true;
   bool continue_final_message = false;
   std::string chat_template_kwargs_json;  // a JSON object or ""
-  // Unset (-1): 16 for completions, the rest of the context for chat.
-  int32_t max_tokens = -1;
+  // Unset: 16 for completions, the rest of the context for chat.
+  std::optional<int32_t> max_tokens;
   int32_t n = 1;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
@@ -56,8 +57,8 @@ struct CompletionParams {
   double presence_penalty = 0.0;
   std::optional<int64_t> seed;
   std::vector<std::pair<int32_t, float>> logit_bias;
-  // -1 none; k >= 0: the sampled token's log-probability and the k most likely.
-  int32_t logprobs = -1;
+  // Unset: none; k >= 0: the sampled token's log-probability and the k most likely.
+  std::optional<int32_t> logprobs;
   bool echo = false;  // kCompletion: the prompt is prepended to the output
   // Stopping.
   std::vector<std::string> stop;
@@ -75,7 +76,7 @@ struct CompletionParams {
   // kChat: a Jinja chat template carried by the request (only when the operator allows it).
   std::string chat_template;
   std::string user;
-  std::string request_id;  // the client's, when it gave one
+  std::string request_id;  // the client's, when it gave one (see IsValidRequestId)
 };
 
 struct ParseLimits {

@@ -2,20 +2,24 @@
 
 #include <deque>
 #include <mutex>
+#include <optional>
+#include <string_view>
 #include <utility>
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
-#include "absl/container/flat_hash_map.h"
 #include "engine/common/file.h"
+#include "engine/common/logging.h"
 #include "engine/common/status.h"
 #include "engine/common/strings.h"
 #include "loom/v1/generation.grpc.pb.h"
 #include "server/api/api_status.h"
-#include "server/api/openai_params.h"
 #include "server/api/router.h"
+#include "server/grpc/generate_params.h"
+#include "server/grpc/reflection_v1.h"
+#include "server/grpc/request_registry.h"
 #include "server/serving/generation.h"
 
 namespace loom {
@@ -23,95 +27,72 @@ namespace {
 
 namespace v1 = ::loom::v1;
 
+constexpr std::string_view kHealthService = "grpc.health.v1.Health";
+
+// A ParamError's message that does not name its field gets it in front, so a gRPC client always
+// learns which field was wrong.
 grpc::Status ToGrpc(const absl::Status& s) {
-  return grpc::Status(static_cast<grpc::StatusCode>(api::GrpcCodeFor(s.code())),
-                      std::string(s.message()));
+  std::string message(s.message());
+  const std::string param = api::ParamOf(s);
+  if (!param.empty() && message.find(param) == std::string::npos) {
+    message = StrCat(param, ": ", message);
+  }
+  return grpc::Status(static_cast<grpc::StatusCode>(api::GrpcCodeFor(s.code())), message);
 }
 
-// Checks and converts a GenerateRequest; the prompt is tokenized here.
-absl::StatusOr<GenerationRequest> ToGeneration(const ServingContext& ctx,
-                                               const v1::GenerateRequest& in) {
-  GenerationRequest r;
-  if (in.has_token_ids()) {
-    for (int32_t id : in.token_ids().ids()) {
-      if (id < 0 || id >= ctx.model.vocab_size) {
-        return absl::InvalidArgumentError(
-            StrCat("token id ", id, " is outside the vocabulary [0, ", ctx.model.vocab_size, ")"));
-      }
-      r.prompt_ids.push_back(id);
-    }
-  } else if (in.has_text()) {
-    if (ctx.tokenizer == nullptr) {
-      return absl::InvalidArgumentError("this model has no tokenizer; send token_ids");
-    }
-    r.prompt_ids = ctx.tokenizer->Encode(in.text(), /*add_special_tokens=*/true);
+// Requests arrive as bytes (raw methods) so that one which does not parse is answered
+// INVALID_ARGUMENT with a message; gRPC's typed handlers answer UNIMPLEMENTED without one.
+template <typename Message>
+grpc::Status ParseRaw(const grpc::ByteBuffer* raw, Message* out) {
+  grpc::ByteBuffer copy(*raw);  // deserializing consumes the buffer; the copy shares the bytes
+  if (grpc::SerializationTraits<Message>::Deserialize(&copy, out).ok()) {
+    return grpc::Status::OK;
   }
-  if (r.prompt_ids.empty()) return absl::InvalidArgumentError("the prompt is empty");
-  r.max_tokens = in.max_tokens() > 0 ? in.max_tokens() : 16;
-  if (static_cast<int64_t>(r.prompt_ids.size()) + r.max_tokens > ctx.model.max_context_len) {
-    return absl::InvalidArgumentError(
-        StrCat("the prompt (", r.prompt_ids.size(), " tokens) plus max_tokens (", r.max_tokens,
-               ") exceeds the model's context of ", ctx.model.max_context_len, " tokens"));
-  }
-  const api::ParseLimits limits;  // the same bounds as the HTTP API
-  r.n = in.n() > 0 ? in.n() : 1;
-  if (r.n > limits.max_n) {
-    return absl::InvalidArgumentError(StrCat("n must be at most ", limits.max_n));
-  }
-  if (in.stop_size() > limits.max_stop_strings) {
-    return absl::InvalidArgumentError(StrCat("at most ", limits.max_stop_strings, " stop strings"));
-  }
-  SamplingParams& s = r.sampling;
-  const v1::SamplingParams& p = in.sampling();
-  if (p.has_temperature()) s.temperature = p.temperature();
-  if (p.has_top_p()) s.top_p = p.top_p();
-  s.top_k = p.top_k();
-  s.min_p = p.min_p();
-  if (p.has_repetition_penalty()) s.repetition_penalty = p.repetition_penalty();
-  s.frequency_penalty = p.frequency_penalty();
-  s.presence_penalty = p.presence_penalty();
-  for (const auto& [id, bias] : p.logit_bias()) s.logit_bias.emplace_back(TokenId(id), bias);
-  if (p.has_seed()) {
-    s.seed = p.seed();
-    r.has_seed = true;
-  }
-  s.min_tokens = in.min_tokens();
-  s.logprobs = in.has_logprobs() ? in.logprobs() : -1;
-  LOOM_RETURN_IF_ERROR(ValidateSamplingParams(s, ctx.model.vocab_size));
-  for (const std::string& stop : in.stop()) {
-    if (stop.empty() || static_cast<int32_t>(stop.size()) > limits.max_stop_string_bytes) {
-      return absl::InvalidArgumentError(
-          StrCat("stop strings must have 1 to ", limits.max_stop_string_bytes, " bytes"));
-    }
-    r.stop.push_back(stop);
-  }
-  for (int32_t id : in.stop_token_ids()) {
-    if (id < 0 || id >= ctx.model.vocab_size) {
-      return absl::InvalidArgumentError(StrCat("stop token id ", id, " is outside the vocabulary"));
-    }
-    r.stop_token_ids.push_back(id);
-  }
-  r.ignore_eos = in.ignore_eos();
-  r.skip_special_tokens = in.skip_special_tokens();
-  r.priority = in.priority();
-  r.cache_salt = in.cache_salt();
-  return r;
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                      StrCat("the request is not a valid ", Message::descriptor()->full_name(),
+                             " message (it does not parse as protobuf)"));
+}
+
+grpc::ByteBuffer Serialize(const google::protobuf::Message& message) {
+  grpc::ByteBuffer out;
+  bool own_buffer = false;
+  const grpc::Status s = grpc::GenericSerialize<grpc::ProtoBufferWriter, google::protobuf::Message>(
+      message, &out, &own_buffer);
+  LOOM_CHECK(s.ok(), "cannot serialize a ", message.GetDescriptor()->full_name(), ": ",
+             s.error_message());
+  return out;
+}
+
+const grpc::Status& Unauthenticated() {
+  static const auto* status =
+      new grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or invalid API key");
+  return *status;
+}
+
+std::string_view AuthorizationHeader(const grpc::CallbackServerContext* call) {
+  const auto& md = call->client_metadata();
+  auto it = md.find("authorization");
+  if (it == md.end()) return {};
+  return std::string_view(it->second.data(), it->second.size());
 }
 
 bool Authorized(const ServingContext& ctx, const grpc::CallbackServerContext* call) {
-  if (ctx.config.api_keys.empty()) return true;
-  const auto& md = call->client_metadata();
-  auto it = md.find("authorization");
-  if (it == md.end()) return false;
-  return api::AuthorizedBearer(std::string_view(it->second.data(), it->second.size()),
-                               ctx.config.api_keys);
+  return ctx.config.api_keys.empty() ||
+         api::AuthorizedBearer(AuthorizationHeader(call), ctx.config.api_keys);
+}
+
+// Whose request this is, for Abort: the API key when the server has keys (the caller passed
+// Authorized, so the header is "Bearer <one of the keys>"), otherwise the client's connection.
+std::string OwnerOf(const ServingContext& ctx, const grpc::CallbackServerContext* call) {
+  if (!ctx.config.api_keys.empty()) return StrCat("key:", AuthorizationHeader(call));
+  return StrCat("peer:", call->peer());
 }
 
 class Service;
 
 // One Generate stream. Deleted in OnDone; work posted to the WorkQueue reaches it through
 // Shared, which OnDone detaches under its lock.
-class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+class GenerateReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   struct Shared {
     std::mutex mu;
@@ -119,23 +100,28 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
   };
 
   GenerateReactor(Service& service, grpc::CallbackServerContext* call,
-                  const v1::GenerateRequest& request);
+                  const grpc::ByteBuffer* raw_request);
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
   void OnDone() override;
   void Pump();
 
  private:
+  // Why the request cannot start (bad input, no key, draining), or OK.
+  absl::Status Check(grpc::CallbackServerContext* call, const grpc::ByteBuffer* raw_request,
+                     GenerationRequest* out, std::string* wanted_id);
   void ContinueLocked();
   void Append(const ChoiceEvent& e);
+  void Enqueue(v1::GenerateResponse& msg);
 
   Service& service_;
   ServingContext& ctx_;
   std::shared_ptr<Shared> shared_ = std::make_shared<Shared>();
+  std::string owner_;
   std::string request_id_;
   std::mutex mu_;
   std::shared_ptr<Generation> generation_;
-  std::deque<v1::GenerateResponse> queue_;
+  std::deque<grpc::ByteBuffer> queue_;
   bool writing_ = false;
   bool done_ = false;
   bool finish_called_ = false;
@@ -143,127 +129,118 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
   grpc::Status final_;
 };
 
-class Service final : public v1::Generation::CallbackService {
+// The typed methods' requests, parsed from bytes (see ParseRaw).
+using RawGenerationService = v1::Generation::WithRawCallbackMethod_Generate<
+    v1::Generation::WithRawCallbackMethod_Abort<v1::Generation::WithRawCallbackMethod_GetModelInfo<
+        v1::Generation::WithRawCallbackMethod_GetServerInfo<
+            v1::Generation::WithRawCallbackMethod_GetLoad<v1::Generation::Service>>>>>;
+
+class Service final : public RawGenerationService {
  public:
   Service(ServingContext& ctx, WorkQueue& work, std::string version)
       : ctx_(ctx), work_(work), version_(std::move(version)) {}
 
-  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
-      grpc::CallbackServerContext* call, const v1::GenerateRequest* request) override {
-    return new GenerateReactor(*this, call, *request);
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* call,
+                                                       const grpc::ByteBuffer* request) override {
+    return new GenerateReactor(*this, call, request);
   }
 
-  grpc::ServerUnaryReactor* Abort(grpc::CallbackServerContext* call, const v1::AbortRequest* req,
-                                  v1::AbortResponse*) override {
-    grpc::ServerUnaryReactor* reactor = call->DefaultReactor();
-    if (!Authorized(ctx_, call)) {
-      reactor->Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or invalid API key"));
-      return reactor;
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = running_.find(req->request_id());
-      if (it != running_.end()) ctx_.engine->Abort(it->second);
-    }
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
+  // Only the caller's own requests; anybody else's id is treated exactly as an unknown one.
+  grpc::ServerUnaryReactor* Abort(grpc::CallbackServerContext* call, const grpc::ByteBuffer* in,
+                                  grpc::ByteBuffer* out) override {
+    return Unary<v1::AbortRequest, v1::AbortResponse>(
+        call, in, out, [&](const v1::AbortRequest& req, v1::AbortResponse*) {
+          if (std::optional<RequestId> id = registry_.Find(OwnerOf(ctx_, call), req.request_id())) {
+            ctx_.engine->Abort(*id);
+          }
+        });
   }
 
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* call,
-                                         const v1::GetModelInfoRequest*,
-                                         v1::ModelInfo* out) override {
-    grpc::ServerUnaryReactor* reactor = call->DefaultReactor();
-    if (!Authorized(ctx_, call)) return Deny(reactor);
-    out->set_id(ctx_.model_id);
-    out->set_architecture(ctx_.model.architecture);
-    out->set_vocab_size(ctx_.model.vocab_size);
-    out->set_max_context_len(ctx_.model.max_context_len);
-    for (TokenId t : ctx_.model.eos_token_ids) out->add_eos_token_ids(t.value());
-    out->set_bos_token_id(ctx_.model.bos_token_id.value());
-    out->set_num_parameters(ctx_.model.num_parameters);
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
+                                         const grpc::ByteBuffer* in,
+                                         grpc::ByteBuffer* out) override {
+    return Unary<v1::GetModelInfoRequest, v1::ModelInfo>(
+        call, in, out, [&](const v1::GetModelInfoRequest&, v1::ModelInfo* info) {
+          info->set_id(ctx_.model_id);
+          info->set_architecture(ctx_.model.architecture);
+          info->set_vocab_size(ctx_.model.vocab_size);
+          info->set_max_context_len(ctx_.model.max_context_len);
+          for (TokenId t : ctx_.model.eos_token_ids) info->add_eos_token_ids(t.value());
+          info->set_bos_token_id(ctx_.model.bos_token_id.value());
+          info->set_num_parameters(ctx_.model.num_parameters);
+        });
   }
 
   grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* call,
-                                          const v1::GetServerInfoRequest*,
-                                          v1::ServerInfo* out) override {
-    grpc::ServerUnaryReactor* reactor = call->DefaultReactor();
-    if (!Authorized(ctx_, call)) return Deny(reactor);
-    out->set_version(version_);
-    out->set_backend(ctx_.config.backend);
-    out->set_kv_block_size(ctx_.capacity.block_size);
-    out->set_kv_num_blocks(ctx_.capacity.num_blocks);
-    out->set_max_num_seqs(ctx_.capacity.max_num_seqs);
-    out->set_max_num_batched_tokens(ctx_.capacity.max_num_batched_tokens);
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
+                                          const grpc::ByteBuffer* in,
+                                          grpc::ByteBuffer* out) override {
+    return Unary<v1::GetServerInfoRequest, v1::ServerInfo>(
+        call, in, out, [&](const v1::GetServerInfoRequest&, v1::ServerInfo* info) {
+          info->set_version(version_);
+          info->set_backend(ctx_.config.backend);
+          info->set_kv_block_size(ctx_.capacity.block_size);
+          info->set_kv_num_blocks(ctx_.capacity.num_blocks);
+          info->set_max_num_seqs(ctx_.capacity.max_num_seqs);
+          info->set_max_num_batched_tokens(ctx_.capacity.max_num_batched_tokens);
+        });
   }
 
-  grpc::ServerUnaryReactor* GetLoad(grpc::CallbackServerContext* call, const v1::GetLoadRequest*,
-                                    v1::Load* out) override {
-    grpc::ServerUnaryReactor* reactor = call->DefaultReactor();
-    if (!Authorized(ctx_, call)) return Deny(reactor);
-    const SchedulerStats s = ctx_.engine->Stats().scheduler;
-    out->set_num_running_requests(s.num_running_requests);
-    out->set_num_waiting_requests(s.num_waiting_requests);
-    out->set_num_free_blocks(s.num_free_blocks);
-    out->set_kv_cache_usage(s.num_blocks > 0 ? 1.0 - double(s.num_free_blocks) / s.num_blocks : 0);
-    out->set_draining(ctx_.draining.load());
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
+  grpc::ServerUnaryReactor* GetLoad(grpc::CallbackServerContext* call, const grpc::ByteBuffer* in,
+                                    grpc::ByteBuffer* out) override {
+    return Unary<v1::GetLoadRequest, v1::Load>(
+        call, in, out, [&](const v1::GetLoadRequest&, v1::Load* load) {
+          const SchedulerStats s = ctx_.engine->Stats().scheduler;
+          load->set_num_running_requests(s.num_running_requests);
+          load->set_num_waiting_requests(s.num_waiting_requests);
+          load->set_num_free_blocks(s.num_free_blocks);
+          load->set_kv_cache_usage(
+              s.num_blocks > 0 ? 1.0 - double(s.num_free_blocks) / s.num_blocks : 0);
+          load->set_draining(ctx_.draining.load());
+        });
   }
 
   ServingContext& ctx() { return ctx_; }
   WorkQueue& work() { return work_; }
-
-  // Request ids clients may abort by.
-  std::string Register(const std::string& wanted, RequestId id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::string name = wanted.empty() ? StrCat("grpc-", id) : wanted;
-    if (running_.contains(name)) name = StrCat(name, "-", id);
-    running_[name] = id;
-    return name;
-  }
-  void Unregister(const std::string& name) {
-    std::lock_guard<std::mutex> lock(mu_);
-    running_.erase(name);
-  }
+  RequestRegistry& registry() { return registry_; }
 
  private:
-  static grpc::ServerUnaryReactor* Deny(grpc::ServerUnaryReactor* reactor) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or invalid API key"));
+  // A unary call: the API key, the request parsed, `answer` fills the response.
+  template <typename Request, typename Response, typename Answer>
+  grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* call, const grpc::ByteBuffer* in,
+                                  grpc::ByteBuffer* out, Answer answer) {
+    grpc::ServerUnaryReactor* reactor = call->DefaultReactor();
+    Request request;
+    grpc::Status status = Authorized(ctx_, call) ? ParseRaw(in, &request) : Unauthenticated();
+    if (status.ok()) {
+      Response response;
+      answer(request, &response);
+      *out = Serialize(response);
+    }
+    reactor->Finish(status);
     return reactor;
   }
 
   ServingContext& ctx_;
   WorkQueue& work_;
   const std::string version_;
-  std::mutex mu_;
-  absl::flat_hash_map<std::string, RequestId> running_;
+  RequestRegistry registry_;
 };
 
 GenerateReactor::GenerateReactor(Service& service, grpc::CallbackServerContext* call,
-                                 const v1::GenerateRequest& request)
+                                 const grpc::ByteBuffer* raw_request)
     : service_(service), ctx_(service.ctx()) {
   shared_->reactor = this;
-  absl::Status status;
-  absl::StatusOr<GenerationRequest> r;
-  if (!Authorized(ctx_, call)) {
-    status = absl::UnauthenticatedError("missing or invalid API key");
-  } else if (ctx_.draining.load()) {
-    status = absl::UnavailableError("the server is shutting down");
-  } else if (r = ToGeneration(ctx_, request); !r.ok()) {
-    status = r.status();
-  }
-  if (!status.ok()) {
+  GenerationRequest r;
+  std::string wanted_id;
+  if (absl::Status status = Check(call, raw_request, &r, &wanted_id); !status.ok()) {
     finish_called_ = true;
     Finish(ToGrpc(status));
     return;
   }
   ctx_.num_inflight_responses.fetch_add(1);
-  generation_ = Generation::Start(ctx_, std::move(*r), ctx_.now_ms());
-  request_id_ = service_.Register(request.request_id(), generation_->id());
+  generation_ = Generation::Start(ctx_, std::move(r), ctx_.now_ms());
+  owner_ = OwnerOf(ctx_, call);
+  request_id_ = service_.registry().Add(owner_, wanted_id, generation_->id());
   std::weak_ptr<Shared> weak = shared_;
   WorkQueue* work = &service_.work();
   generation_->SetNotifier([weak, work] {
@@ -278,10 +255,28 @@ GenerateReactor::GenerateReactor(Service& service, grpc::CallbackServerContext* 
   Pump();
 }
 
+absl::Status GenerateReactor::Check(grpc::CallbackServerContext* call,
+                                    const grpc::ByteBuffer* raw_request, GenerationRequest* out,
+                                    std::string* wanted_id) {
+  if (!Authorized(ctx_, call)) return absl::UnauthenticatedError("missing or invalid API key");
+  v1::GenerateRequest request;
+  if (grpc::Status parsed = ParseRaw(raw_request, &request); !parsed.ok()) {
+    return absl::InvalidArgumentError(AbslView(parsed.error_message()));
+  }
+  if (ctx_.draining.load()) return absl::UnavailableError("the server is shutting down");
+  LOOM_ASSIGN_OR_RETURN(*out, ToGenerationRequest(ctx_, request));
+  *wanted_id = request.request_id();
+  return absl::OkStatus();
+}
+
+void GenerateReactor::Enqueue(v1::GenerateResponse& msg) {
+  msg.set_request_id(request_id_);
+  queue_.push_back(Serialize(msg));
+}
+
 void GenerateReactor::Append(const ChoiceEvent& e) {
   if (!e.token_ids.empty() || !e.text.empty()) {
     v1::GenerateResponse msg;
-    msg.set_request_id(request_id_);
     v1::Chunk* chunk = msg.mutable_chunk();
     chunk->set_index(e.index);
     for (int32_t id : e.token_ids) chunk->add_token_ids(id);
@@ -296,11 +291,10 @@ void GenerateReactor::Append(const ChoiceEvent& e) {
         top->set_logprob(t.logprob);
       }
     }
-    queue_.push_back(std::move(msg));
+    Enqueue(msg);
   }
   if (!e.finish_reason.empty()) {
     v1::GenerateResponse msg;
-    msg.set_request_id(request_id_);
     v1::Completion* c = msg.mutable_completion();
     c->set_index(e.index);
     c->set_finish_reason(e.finish_reason);
@@ -308,7 +302,7 @@ void GenerateReactor::Append(const ChoiceEvent& e) {
     c->set_prompt_tokens(generation_->prompt_tokens());
     c->set_completion_tokens(e.completion_tokens);
     c->set_cached_tokens(generation_->cached_tokens());
-    queue_.push_back(std::move(msg));
+    Enqueue(msg);
   }
 }
 
@@ -321,10 +315,9 @@ void GenerateReactor::Pump() {
       final_ = ToGrpc(batch.error);  // before the first message: a real status
     } else {
       v1::GenerateResponse msg;
-      msg.set_request_id(request_id_);
       msg.mutable_error()->set_code(api::GrpcCodeFor(batch.error.code()));
       msg.mutable_error()->set_message(std::string(batch.error.message()));
-      queue_.push_back(std::move(msg));
+      Enqueue(msg);
     }
     done_ = true;
   } else {
@@ -379,7 +372,7 @@ void GenerateReactor::OnDone() {
     std::lock_guard<std::mutex> lock(shared_->mu);
     shared_->reactor = nullptr;
   }
-  if (!request_id_.empty()) service_.Unregister(request_id_);
+  if (!request_id_.empty()) service_.registry().Remove(owner_, request_id_);
   delete this;
 }
 
@@ -388,7 +381,11 @@ void GenerateReactor::OnDone() {
 class GrpcServer::Impl {
  public:
   Impl(ServingContext& ctx, WorkQueue& work, std::string version)
-      : service_(ctx, work, std::move(version)) {}
+      : service_(ctx, work, std::move(version)),
+        reflection_v1_(MakeReflectionV1Service({v1::Generation::service_full_name(),
+                                                std::string(kHealthService),
+                                                "grpc.reflection.v1alpha.ServerReflection",
+                                                "grpc.reflection.v1.ServerReflection"})) {}
 
   absl::Status Start(const GrpcServerOptions& options) {
     grpc::EnableDefaultHealthCheckService(true);
@@ -404,12 +401,19 @@ class GrpcServer::Impl {
     grpc::ServerBuilder builder;
     builder.AddListeningPort(StrCat(options.host, ":", options.port), creds, &port_);
     builder.RegisterService(&service_);
+    builder.RegisterService(reflection_v1_.get());
     server_ = builder.BuildAndStart();
     if (server_ == nullptr || port_ == 0) {
       return absl::UnavailableError(
           StrCat("cannot serve gRPC on ", options.host, ":", options.port));
     }
+    // The overall status ("") is SERVING from the start; the API's own name must be known too.
+    server_->GetHealthCheckService()->SetServingStatus(v1::Generation::service_full_name(), true);
     return absl::OkStatus();
+  }
+
+  void StartDraining() {
+    if (server_ != nullptr) server_->GetHealthCheckService()->SetServingStatus(false);
   }
 
   void Stop() {
@@ -424,6 +428,7 @@ class GrpcServer::Impl {
 
  private:
   Service service_;
+  std::unique_ptr<grpc::Service> reflection_v1_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
 };
@@ -440,5 +445,6 @@ GrpcServer::GrpcServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 GrpcServer::~GrpcServer() { Stop(); }
 int GrpcServer::port() const { return impl_->port(); }
 void GrpcServer::Stop() { impl_->Stop(); }
+void GrpcServer::StartDraining() { impl_->StartDraining(); }
 
 }  // namespace loom

@@ -1,7 +1,11 @@
 // loom's gRPC API (proto/loom/v1/generation.proto) on the serving core, with the standard
-// grpc.health.v1 service and server reflection. The callback API: one reactor per Generate
-// stream, at most one write in flight, OnCancel aborts the request. The same API keys as HTTP
-// (`authorization: Bearer KEY` metadata); TLS when a certificate and key are given.
+// grpc.health.v1 service ("" and "loom.v1.Generation": SERVING, NOT_SERVING once draining) and
+// server reflection (v1alpha from gRPC, v1 from reflection_v1.h). The callback API: one reactor
+// per Generate stream, at most one write in flight, OnCancel aborts the request. The same API
+// keys as HTTP (`authorization: Bearer KEY` metadata); TLS when a certificate and key are given.
+//
+// Requests are validated by the HTTP API's rules (generate_params.h); one that does not parse is
+// INVALID_ARGUMENT. Abort reaches only the caller's own requests (request_registry.h).
 //
 // Thread safety: Start/Stop from the owner; handlers run on gRPC's threads and the WorkQueue.
 #pragma once
@@ -30,6 +34,8 @@ class GrpcServer {
                                                            WorkQueue& work, std::string version);
   ~GrpcServer();
   int port() const;
+  // Health checks answer NOT_SERVING from now on (the process is draining).
+  void StartDraining();
   // Ends every stream (cancelling its request) and stops serving.
   void Stop();
 

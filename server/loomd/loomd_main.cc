@@ -171,6 +171,7 @@ int Run(const std::vector<std::string>& args) {
   }
   LOOM_LOG(kInfo, "signal ", signal_number, ": draining (up to ", config.drain_timeout_s, " s)");
   ctx.draining = true;
+  if (grpc != nullptr) grpc->StartDraining();
   const int64_t deadline = SteadyMs() + config.drain_timeout_s * 1000;
   while (SteadyMs() < deadline) {
     const SchedulerStats s = engine.Stats().scheduler;

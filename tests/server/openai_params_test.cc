@@ -102,6 +102,28 @@ TEST(OpenAiParamsTest, TokenIdsBeyondInt64AreRefused) {
   ExpectError(Completion(R"({"prompt":[1e300]})"), "prompt", "");
 }
 
+// The rules shared with the gRPC API (param_validation.h) apply to JSON bodies.
+TEST(OpenAiParamsTest, SharedRulesApply) {
+  ExpectError(Completion(R"({"prompt":"x","logprobs":-1})"), "logprobs", "[0, 20]");
+  ExpectError(Completion(R"({"prompt":"x","n":-1})"), "n", "[1, 128]");
+  ExpectError(Completion(R"({"prompt":"x","n":99999999999})"), "n", "");
+  ExpectError(Completion(R"({"prompt":"x","priority":1000001})"), "priority", "[-1000000, 1000000]");
+  ExpectError(Completion(R"({"prompt":[1,-2]})"), "prompt", "outside the vocabulary");
+  ExpectError(Completion(R"({"prompt":"x","logit_bias":{"-1":1}})"), "logit_bias", "token id");
+  ExpectError(Chat(R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,
+                      "top_logprobs":21})"),
+              "top_logprobs", "[0, 20]");
+  ExpectError(Chat(R"({"messages":[{"role":"user","content":"x"}],"max_completion_tokens":-3})"),
+              "max_completion_tokens", "[0,");
+  ExpectError(Completion(R"({"prompt":"x","request_id":")" + std::string(300, 'r') + R"("})"),
+              "request_id", "256");
+  auto ok = Completion(R"({"prompt":"x","request_id":"abc-1","top_k":-1})");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->request_id, "abc-1");
+  EXPECT_FALSE(ok->max_tokens.has_value());
+  EXPECT_FALSE(ok->logprobs.has_value());
+}
+
 TEST(OpenAiParamsTest, MalformedBodies) {
   ExpectError(Completion("{"), "", "not valid JSON");
   ExpectError(Completion("[1]"), "", "JSON object");
