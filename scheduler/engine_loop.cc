@@ -11,6 +11,8 @@ EngineLoop::EngineLoop(Executor& executor, const SchedulerConfig& config, Clock 
     : executor_(executor),
       clock_(std::move(clock)),
       scheduler_(config, executor.model_info(), executor.capacity()) {
+  // Busy (starting) until the thread first finds nothing to do.
+  stats_.idle = false;
   stats_.last_progress_ms = clock_();
   thread_ = std::thread([this] { Run(); });
 }

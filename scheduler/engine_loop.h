@@ -42,7 +42,7 @@ struct EngineLoopStats {
   int64_t num_consecutive_failed_steps = 0;
   int64_t num_rejected = 0;  // refused at admission
   bool device_lost = false;  // a fatal device error stopped the loop
-  // The loop is asleep: nothing queued, nothing to schedule.
+  // The loop is asleep: nothing queued, nothing to schedule (false while it starts).
   bool idle = true;
   // On the loop's clock: when a step last returned (succeeded or failed), or the loop last woke
   // up with work, whichever is later. A loop that is not idle and has not made progress for long

@@ -164,6 +164,8 @@ TEST(HealthTest, AnEngineLoopStuckInAStepFailsLivenessOnItsClock) {
   std::atomic<int64_t> now{1000};
   HangingExecutor executor;
   EngineLoop loop(executor, SchedulerConfig{}, [&] { return now.load(); });
+  WaitUntilIdle(loop);
+  ASSERT_TRUE(loop.Stats().idle);
   now = 500'000;  // idle for long: still live
   EXPECT_TRUE(CheckLiveness(loop.Stats(), now, Options()).ok());
   std::shared_ptr<RequestStream> stream = loop.Submit(Request(1));
