@@ -1,5 +1,6 @@
 #include "scheduler/engine_loop.h"
 
+#include <optional>
 #include <utility>
 
 #include "engine/common/logging.h"
@@ -10,6 +11,9 @@ EngineLoop::EngineLoop(Executor& executor, const SchedulerConfig& config, Clock 
     : executor_(executor),
       clock_(std::move(clock)),
       scheduler_(config, executor.model_info(), executor.capacity()) {
+  // Busy (starting) until the thread first finds nothing to do.
+  stats_.idle = false;
+  stats_.last_progress_ms = clock_();
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -98,10 +102,16 @@ bool EngineLoop::DrainInbox() {
   std::vector<std::pair<RequestId, int32_t>> choice_aborts;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] {
+    const auto has_input = [&] {
       return stopping_ || !inbox_.empty() || !aborts_.empty() || !choice_aborts_.empty() ||
              scheduler_.HasWork();
-    });
+    };
+    if (!has_input()) {
+      stats_.idle = true;
+      cv_.wait(lock, has_input);
+      stats_.last_progress_ms = clock_();
+    }
+    stats_.idle = false;
     if (stopping_) return false;
     inbox.swap(inbox_);
     aborts.swap(aborts_);
@@ -132,26 +142,41 @@ void EngineLoop::RunOneStep() {
     FailEverything(result.status());
     return;
   }
+  bool failed = true;
   if (!result.ok()) {
-    FailStep(result.status(), /*engine_ran_plan=*/false);
+    const std::optional<std::vector<SequenceId>> touched = StepAppliedTouched(result.status());
+    FailStep(result.status(), /*engine_applied_plan=*/touched.has_value(),
+             touched.has_value() ? &*touched : nullptr);
   } else if (absl::Status s = scheduler_.Update(*result); !s.ok()) {
-    FailStep(s, /*engine_ran_plan=*/true);
+    // The engine ran a plan whose result does not fit it: end every request in the step.
+    FailStep(s, /*engine_applied_plan=*/true, nullptr);
+  } else {
+    failed = false;
   }
   {
     // Before the outputs go out, so a client that saw its request end sees its blocks freed.
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.num_steps;
+    if (failed) {
+      ++stats_.num_failed_steps;
+      ++stats_.num_consecutive_failed_steps;
+    } else if (!plan.new_sequences.empty() || !plan.continuing.empty()) {
+      // Only a step that computed something shows the engine works again.
+      stats_.num_consecutive_failed_steps = 0;
+    }
     stats_.scheduler = scheduler_.Stats();
-    stats_.last_step_ms = clock_();
+    stats_.last_progress_ms = clock_();
   }
   Publish(scheduler_.TakeOutputs());
 }
 
-// The executor refused a step, or its result did not fit the plan: the requests in it end with
-// the error, the others go on.
-void EngineLoop::FailStep(const absl::Status& error, bool engine_ran_plan) {
-  LOOM_LOG(kError, "step failed: ", error.message());
-  for (RequestId id : scheduler_.AbandonStep(engine_ran_plan)) {
+// The step did not complete: the requests of the sequences it touched end with the error, the
+// others go on.
+void EngineLoop::FailStep(const absl::Status& error, bool engine_applied_plan,
+                          const std::vector<SequenceId>* touched) {
+  LOOM_LOG(kError, "step failed", engine_applied_plan ? " after the engine applied it" : "",
+           ": ", error.message());
+  for (RequestId id : scheduler_.AbandonStep(engine_applied_plan, touched)) {
     auto it = streams_.find(id);
     if (it != streams_.end()) {
       it->second.stream->Fail(error);
@@ -159,8 +184,6 @@ void EngineLoop::FailStep(const absl::Status& error, bool engine_ran_plan) {
     }
     scheduler_.Abort(id);
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  ++stats_.num_failed_steps;
 }
 
 void EngineLoop::FailEverything(const absl::Status& error) {

@@ -5,9 +5,14 @@
 //
 // The loop never waits on a consumer. When it has nothing to do it sleeps until the inbox gets
 // something. A step the executor fails ends only the requests in that step (their streams get
-// the error); the loop keeps serving the rest. The exception is a fatal device error
-// (IsFatalDeviceError): the device is lost, so every request fails with it, later submissions
-// are refused, the loop stops and calls the fatal handler (loomd exits for its supervisor).
+// the error); the loop keeps serving the rest. Execute is all or nothing (engine/api/executor.h):
+// a refused plan left the engine unchanged, so its releases are repeated; a failure after the
+// engine applied the plan (MarkStepApplied) ends exactly the requests of the sequences it
+// touched, the others in the step wait again, and the plan is never sent again. The exception
+// is a fatal device error (IsFatalDeviceError): the device is lost, so every request fails with
+// it, later submissions are refused, the loop stops and calls the fatal handler (loomd exits for
+// its supervisor). Stats carry what liveness needs: whether the loop is idle, when it last made
+// progress, how many steps in a row failed.
 //
 // Thread safety: Submit, Abort, Stats and Stop may be called from any thread.
 #pragma once
@@ -33,10 +38,16 @@ struct EngineLoopStats {
   SchedulerStats scheduler;
   int64_t num_steps = 0;
   int64_t num_failed_steps = 0;
+  // Failed steps since the last step that computed tokens and succeeded.
+  int64_t num_consecutive_failed_steps = 0;
   int64_t num_rejected = 0;  // refused at admission
   bool device_lost = false;  // a fatal device error stopped the loop
-  // Time of the last completed step on the loop's clock (liveness).
-  int64_t last_step_ms = 0;
+  // The loop is asleep: nothing queued, nothing to schedule (false while it starts).
+  bool idle = true;
+  // On the loop's clock: when a step last returned (succeeded or failed), or the loop last woke
+  // up with work, whichever is later. A loop that is not idle and has not made progress for long
+  // is stuck (liveness).
+  int64_t last_progress_ms = 0;
 };
 
 class EngineLoop {
@@ -76,7 +87,10 @@ class EngineLoop {
   bool DrainInbox();  // false when stopping
   void RunOneStep();
   void Publish(std::vector<ChoiceOutput> outputs);
-  void FailStep(const absl::Status& error, bool engine_ran_plan);
+  // The step did not complete: ends the requests of the sequences `touched` (all of the step's
+  // when null); see Scheduler::AbandonStep.
+  void FailStep(const absl::Status& error, bool engine_applied_plan,
+                const std::vector<SequenceId>* touched);
   void FailEverything(const absl::Status& error);
 
   Executor& executor_;

@@ -60,6 +60,7 @@ struct SchedulerStats {
   int64_t prefix_cache_queried_tokens = 0;  // cumulative
   int64_t prefix_cache_hit_tokens = 0;      // cumulative
   int64_t num_preemptions = 0;              // cumulative
+  int64_t num_waiting_prompt_tokens = 0;    // prompt tokens of waiting requests (admission)
 };
 
 class Scheduler {
@@ -82,15 +83,22 @@ class Scheduler {
   // by TakeOutputs. The plan may be empty (nothing to do).
   StepPlan Schedule(int64_t now_ms);
 
-  // Applies the executor's result for the plan Schedule returned last.
+  // Applies the executor's result for the plan Schedule returned last. InternalError, with
+  // nothing applied, when the result is not that plan's (another step_id, other sequences): the
+  // caller then abandons the step (AbandonStep with engine_applied_plan = true).
   absl::Status Update(const StepResult& result);
 
-  // Gives up on the step Schedule returned last: its sequences release their blocks and wait
-  // again, and the ids of their requests are returned so the caller can fail or retry them.
-  // `engine_ran_plan` is false when Execute refused the plan (the engine state is unchanged:
-  // its releases are repeated in the next plan and its new sequences are unknown to the
-  // engine), true when Update rejected the result of a plan the engine did run.
-  std::vector<RequestId> AbandonStep(bool engine_ran_plan);
+  // Gives up on the step Schedule returned last (Executor::Execute's outcomes). Every sequence
+  // in it releases its blocks and leaves the step. `engine_applied_plan` is false when Execute
+  // left the engine unchanged (the plan's releases are repeated in the next plan and its new
+  // sequences are unknown to the engine), true when the engine applied it (a failure marked
+  // with MarkStepApplied, or a result Update rejected): the releases are done and the engine
+  // drops the step's sequences when the next plan names them in `finished`. The plan is never
+  // sent again. The sequences in `touched` (every sequence of the step when it is null) end:
+  // the ids of their requests are returned for the caller to fail and Abort. The step's other
+  // sequences wait again and recompute.
+  std::vector<RequestId> AbandonStep(bool engine_applied_plan,
+                                     const std::vector<SequenceId>* touched = nullptr);
 
   // Everything produced since the last call: new tokens and finishes, one entry per choice
   // that has something to report.
@@ -138,6 +146,7 @@ class Scheduler {
   uint64_t next_seq_id_ = 1;
   uint64_t next_arrival_ = 0;
   uint64_t next_step_id_ = 1;
+  uint64_t in_flight_step_id_ = 0;  // of the plan Schedule returned last
   absl::flat_hash_map<RequestId, std::unique_ptr<Req>> requests_;
   std::vector<Seq*> running_;  // most important first
   std::deque<Seq*> waiting_;   // most important first

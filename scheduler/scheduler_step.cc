@@ -14,6 +14,7 @@ StepPlan Scheduler::Schedule(int64_t now_ms) {
   ExpireAndAbort(now_ms);
   StepPlan plan;
   plan.step_id = next_step_id_++;
+  in_flight_step_id_ = plan.step_id;
   int32_t budget = config_.max_num_batched_tokens;
   MakeRoomForImportantWaiting();
   const int64_t preemptions_before = num_preemptions_;

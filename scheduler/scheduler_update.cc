@@ -11,6 +11,10 @@
 namespace loom {
 
 absl::Status Scheduler::Update(const StepResult& result) {
+  if (result.step_id != in_flight_step_id_) {
+    return absl::InternalError(StrCat("step result is for step ", result.step_id,
+                                      "; the plan was step ", in_flight_step_id_));
+  }
   if (result.outputs.size() != in_flight_.size()) {
     // Nothing in this result can be trusted; the caller abandons the step (AbandonStep).
     return absl::InternalError(StrCat("step result has ", result.outputs.size(),
@@ -35,9 +39,10 @@ absl::Status Scheduler::Update(const StepResult& result) {
   return absl::OkStatus();
 }
 
-std::vector<RequestId> Scheduler::AbandonStep(bool engine_ran_plan) {
+std::vector<RequestId> Scheduler::AbandonStep(bool engine_applied_plan,
+                                              const std::vector<SequenceId>* touched) {
   std::vector<RequestId> ids;
-  if (!engine_ran_plan) {
+  if (!engine_applied_plan) {
     // A refused plan left the engine unchanged: what it was to release is still there, and the
     // sequences new in it are unknown to it.
     released_.insert(released_.end(), last_finished_.begin(), last_finished_.end());
@@ -48,9 +53,12 @@ std::vector<RequestId> Scheduler::AbandonStep(bool engine_ran_plan) {
   last_finished_.clear();
   for (size_t i = 0; i < in_flight_.size(); ++i) {
     Seq* seq = in_flight_[i].first;
-    if (std::find(ids.begin(), ids.end(), seq->req->params.id) == ids.end()) {
+    const bool ends = touched == nullptr ||
+                      std::find(touched->begin(), touched->end(), seq->id) != touched->end();
+    if (ends && std::find(ids.begin(), ids.end(), seq->req->params.id) == ids.end()) {
       ids.push_back(seq->req->params.id);
     }
+    // Released (named in the next plan's `finished` when the engine holds it) and waiting.
     if (seq->state == Seq::State::kRunning) Requeue(*seq);
   }
   in_flight_.clear();
@@ -108,6 +116,7 @@ SchedulerStats Scheduler::Stats() const {
   s.prefix_cache_queried_tokens = queried_tokens_;
   s.prefix_cache_hit_tokens = hit_tokens_;
   s.num_preemptions = num_preemptions_;
+  s.num_waiting_prompt_tokens = waiting_prompt_tokens_;
   return s;
 }
 

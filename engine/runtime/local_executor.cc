@@ -23,7 +23,19 @@ absl::StatusOr<StepResult> LocalExecutor::Execute(const StepPlan& plan) {
   const auto start = std::chrono::steady_clock::now();
   backend_->BindThread();
   LOOM_RETURN_IF_ERROR(Validate(plan));
-  Apply(plan);
+  Stage(plan);
+  absl::StatusOr<StepResult> result = Run(plan, start);
+  if (!result.ok()) {
+    // Nothing was committed: every sequence is as it was before the plan (all or nothing).
+    Unstage();
+    return result.status();
+  }
+  Commit(plan, *result);
+  return result;
+}
+
+absl::StatusOr<StepResult> LocalExecutor::Run(const StepPlan& plan,
+                                              std::chrono::steady_clock::time_point start) {
   StepResult result;
   result.step_id = plan.step_id;
   result.outputs.resize(entries_.size());
@@ -42,18 +54,13 @@ absl::StatusOr<StepResult> LocalExecutor::Execute(const StepPlan& plan) {
   const auto forward_start = std::chrono::steady_clock::now();
   LOOM_RETURN_IF_ERROR(model_->Forward(batch, *kv_, graph_batch > 0 ? graph_batch : -1));
   LOOM_RETURN_IF_ERROR(backend_->Synchronize());
+  if (fault_injector_) LOOM_RETURN_IF_ERROR(fault_injector_(plan.step_id));
   result.timings.forward_ms = MillisSince(forward_start);
 
   const auto sample_start = std::chrono::steady_clock::now();
   CollectLogitRequests();
   RunLogitRequests(result.outputs);
   LOOM_RETURN_IF_ERROR(backend_->Synchronize());
-  // Advance every sequence; sampled tokens join its tokens for the next step.
-  for (size_t i = 0; i < entries_.size(); ++i) {
-    Sequence& seq = *entries_[i].seq;
-    seq.num_computed_tokens += entries_[i].num_scheduled;
-    if (result.outputs[i].has_token()) seq.token_ids.push_back(result.outputs[i].token_id);
-  }
   result.timings.sample_ms = MillisSince(sample_start);
   return result;
 }
@@ -68,25 +75,47 @@ int32_t LocalExecutor::GraphBatchSize() const {
   return it == graph_batch_sizes_.end() ? 0 : *it;
 }
 
-void LocalExecutor::Apply(const StepPlan& plan) {
-  for (SequenceId id : plan.finished) sequences_.erase(id);
+void LocalExecutor::Stage(const StepPlan& plan) {
   for (const BlockCopy& copy : plan.block_copies) kv_->CopyBlock(copy.src, copy.dst);
   entries_.clear();
+  staged_.clear();
   for (const NewSequencePlan& p : plan.new_sequences) {
-    Sequence& seq = sequences_[p.seq_id];
+    // Staged apart from sequences_: a new sequence may reuse the id of one this plan finishes.
+    Sequence& seq = staged_[p.seq_id];
     seq.token_ids = p.token_ids;
     seq.num_prompt_tokens = p.num_prompt_tokens;
-    seq.block_table.clear();
     for (BlockId block : p.block_table) seq.block_table.push_back(block.value());
     seq.num_computed_tokens = p.num_computed_tokens;
     seq.sampling = p.sampling;
-    entries_.push_back({p.seq_id, &seq, p.num_scheduled_tokens, 0});
+    entries_.push_back({p.seq_id, &seq, p.num_scheduled_tokens, 0, -1});
   }
   for (const ContinuingSequencePlan& p : plan.continuing) {
     Sequence& seq = sequences_.find(p.seq_id)->second;
+    const auto num_blocks = static_cast<int32_t>(seq.block_table.size());
     for (BlockId block : p.new_block_ids) seq.block_table.push_back(block.value());
-    entries_.push_back({p.seq_id, &seq, p.num_scheduled_tokens, 0});
+    entries_.push_back({p.seq_id, &seq, p.num_scheduled_tokens, 0, num_blocks});
   }
+}
+
+void LocalExecutor::Unstage() {
+  for (const Entry& e : entries_) {
+    if (e.num_blocks_before >= 0) e.seq->block_table.resize(e.num_blocks_before);
+  }
+  entries_.clear();
+  staged_.clear();
+}
+
+void LocalExecutor::Commit(const StepPlan& plan, const StepResult& result) {
+  // Advance every sequence; sampled tokens join its tokens for the next step.
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    Sequence& seq = *entries_[i].seq;
+    seq.num_computed_tokens += entries_[i].num_scheduled;
+    if (result.outputs[i].has_token()) seq.token_ids.push_back(result.outputs[i].token_id);
+  }
+  entries_.clear();
+  for (SequenceId id : plan.finished) sequences_.erase(id);
+  for (auto& [id, seq] : staged_) sequences_[id] = std::move(seq);
+  staged_.clear();
 }
 
 StepBatch LocalExecutor::BuildBatch(int32_t graph_batch) {

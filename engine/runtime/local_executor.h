@@ -3,9 +3,16 @@
 // computed count, sampling parameters) between steps, checks every plan against that state
 // before changing anything, runs the forward pass over the ragged batch, and samples.
 //
+// All or nothing (engine/api/executor.h): a step's changes to sequence state are staged and
+// committed only once every call that can fail (forward pass, device synchronization) has
+// succeeded, so a failed step, refused or not, leaves every sequence as it was. What a failed
+// step may have written is KV data of the positions it computes and of its copy destinations,
+// blocks the plan gave to its own sequences.
+//
 // Thread safety: Execute is called by one thread (the engine loop).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -50,6 +57,11 @@ class LocalExecutor final : public Executor {
       std::function<void(SequenceId seq_id, int32_t position, std::span<const float> logits)>;
   void SetLogitsObserver(LogitsObserver observer) { logits_observer_ = std::move(observer); }
 
+  // For tests: called with the step id after the forward pass of every step that computes
+  // tokens; an error it returns is reported as if the device had failed at that point.
+  using FaultInjector = std::function<absl::Status(uint64_t step_id)>;
+  void SetFaultInjectorForTesting(FaultInjector injector) { fault_injector_ = std::move(injector); }
+
  private:
   struct Sequence {
     std::vector<TokenId> token_ids;
@@ -64,6 +76,9 @@ class LocalExecutor final : public Executor {
     Sequence* seq = nullptr;
     int32_t num_scheduled = 0;
     int32_t first_row = 0;
+    // A continuing sequence's block-table length before this step (to undo the blocks the
+    // step appended); -1 for a new sequence.
+    int32_t num_blocks_before = -1;
   };
   // A row whose logits the step needs: to sample (prompt_position < 0) or to score the prompt
   // token after `prompt_position`.
@@ -78,7 +93,15 @@ class LocalExecutor final : public Executor {
   absl::Status ValidateNew(const NewSequencePlan& plan) const;
   absl::Status ValidateBlocks(SequenceId id, const std::vector<int32_t>& existing,
                               const std::vector<BlockId>& added, int32_t num_tokens) const;
-  void Apply(const StepPlan& plan);
+  // Prepares the step without committing it: new sequences go to staged_, continuing ones get
+  // their appended blocks, block copies are queued, entries_ lists the step's sequences.
+  void Stage(const StepPlan& plan);
+  // Undoes Stage after a failure.
+  void Unstage();
+  // Runs the staged step: the forward pass and sampling, no change to sequence state.
+  absl::StatusOr<StepResult> Run(const StepPlan& plan, std::chrono::steady_clock::time_point start);
+  // Makes the step's effects part of the engine state (nothing here can fail).
+  void Commit(const StepPlan& plan, const StepResult& result);
   // Fills the step's host-side inputs and copies them to the backend. graph_batch > 0 pads the
   // batch to that many one-token sequences, the shape of a replayed decode graph.
   StepBatch BuildBatch(int32_t graph_batch);
@@ -106,7 +129,10 @@ class LocalExecutor final : public Executor {
   std::vector<SamplerScratch> sampler_scratch_;  // one per host thread
   // node_hash_map: step entries keep pointers to sequences across insertions.
   absl::node_hash_map<SequenceId, Sequence> sequences_;
+  // New sequences of the step in progress, until Commit moves them into sequences_.
+  absl::node_hash_map<SequenceId, Sequence> staged_;
   LogitsObserver logits_observer_;
+  FaultInjector fault_injector_;
 
   // Per-step staging, reused across steps.
   std::vector<Entry> entries_;

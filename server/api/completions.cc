@@ -13,14 +13,9 @@
 namespace loom::api {
 namespace {
 
-// Refuses a request before it reached the engine; it still counts in the request metrics.
-void Reject(ServingContext& context, http::Responder& r, const absl::Status& s, int64_t arrival) {
-  if (context.metrics != nullptr) {
-    RequestRecord record;
-    record.finished_reason = "rejected";
-    record.e2e_s = static_cast<double>(context.now_ms() - arrival) / 1000.0;
-    context.metrics->ObserveRequest(record);
-  }
+// Refuses a request before it reached the engine; it counts as rejected (server_metrics.h).
+void Reject(ServingContext& context, http::Responder& r, const absl::Status& s) {
+  if (context.metrics != nullptr) context.metrics->ObserveRejected(s);
   r.Send(ErrorResponseFor(s, context.config.retry_after_s));
 }
 
@@ -181,26 +176,25 @@ void HandleCompletion(ServingContext& context, WorkQueue& work, EndpointKind kin
                       const http::Request& request, std::shared_ptr<http::Responder> responder) {
   const int64_t arrival = context.now_ms();
   if (context.draining.load()) {
-    return Reject(context, *responder, absl::UnavailableError("the server is shutting down"), arrival);
+    return Reject(context, *responder, absl::UnavailableError("the server is shutting down"));
   }
   ParseLimits limits;
   limits.vocab_size = context.model.vocab_size;
   absl::StatusOr<CompletionParams> params =
       ParseCompletionRequest(request.body, kind, limits, context.config.strict_api);
-  if (!params.ok()) return Reject(context, *responder, params.status(), arrival);
+  if (!params.ok()) return Reject(context, *responder, params.status());
   if (!params->model.empty() && params->model != context.model_id) {
     return Reject(context, *responder,
                   absl::NotFoundError(StrCat("The model `", params->model,
                                              "` does not exist; this server serves `",
-                                             context.model_id, "`")),
-                  arrival);
+                                             context.model_id, "`")));
   }
   absl::StatusOr<std::vector<CompletionJob::PromptInfo>> prompts = BuildPrompts(context, *params);
-  if (!prompts.ok()) return Reject(context, *responder, prompts.status(), arrival);
+  if (!prompts.ok()) return Reject(context, *responder, prompts.status());
   std::vector<GenerationRequest> requests;
   for (CompletionJob::PromptInfo& prompt : *prompts) {
     absl::StatusOr<GenerationRequest> r = BuildGenerationRequest(context, *params, prompt.ids.size());
-    if (!r.ok()) return Reject(context, *responder, r.status(), arrival);
+    if (!r.ok()) return Reject(context, *responder, r.status());
     r->prompt_ids = std::move(prompt.ids);  // the job keeps only the echo text
     requests.push_back(std::move(*r));
   }

@@ -197,8 +197,20 @@ absl::Status ParseMessages(const Json& body, std::string_view raw, CompletionPar
     }
     p->chat_template_kwargs_json = kw->Dump();
   }
+  // Frameworks send an empty tool list (with tool_choice "none") when they have no tools: that
+  // asks for nothing, so it is accepted. Tools themselves are not supported yet.
   if (std::optional<Json> tools = body.Find("tools"); tools.has_value() && !tools->IsNull()) {
-    return ParamError("tools", "'tools' is not supported yet");
+    if (!tools->IsArray()) return ParamError("tools", "'tools' must be an array");
+    if (tools->size() > 0) return ParamError("tools", "'tools' is not supported yet");
+  }
+  if (std::optional<Json> choice = body.Find("tool_choice"); choice.has_value() && !choice->IsNull()) {
+    const bool no_tool = choice->IsString() && (*choice->AsString() == "none" ||
+                                                *choice->AsString() == "auto");
+    if (!no_tool) {
+      return ParamError("tool_choice",
+                        "'tool_choice' other than \"none\" or \"auto\" needs tools, which are not "
+                        "supported yet");
+    }
   }
   return absl::OkStatus();
 }

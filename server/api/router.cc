@@ -1,5 +1,7 @@
 #include "server/api/router.h"
 
+#include <cctype>
+#include <optional>
 #include <utility>
 
 #include "engine/common/json.h"
@@ -8,9 +10,12 @@
 #include "server/api/api_status.h"
 #include "server/api/completions.h"
 #include "server/http/http_server.h"
+#include "server/serving/health.h"
 
 namespace loom::api {
 namespace {
+
+constexpr std::string_view kModelsPrefix = "/v1/models/";
 
 http::Response Json200(std::string body) {
   http::Response r;
@@ -20,13 +25,8 @@ http::Response Json200(std::string body) {
 
 void SendStatus(http::Responder& r, const absl::Status& s) { r.Send(ErrorResponseFor(s)); }
 
-std::string ModelsBody(const ServingContext& c) {
-  JsonWriter w;
-  w.BeginObject();
-  w.Key("object");
-  w.String("list");
-  w.Key("data");
-  w.BeginArray();
+// The model object of GET /v1/models and GET /v1/models/{id}.
+void WriteModel(const ServingContext& c, JsonWriter& w) {
   w.BeginObject();
   w.Key("id");
   w.String(c.model_id);
@@ -39,9 +39,32 @@ std::string ModelsBody(const ServingContext& c) {
   w.Key("max_model_len");
   w.Int(c.model.max_context_len);
   w.EndObject();
+}
+
+std::string ModelsBody(const ServingContext& c) {
+  JsonWriter w;
+  w.BeginObject();
+  w.Key("object");
+  w.String("list");
+  w.Key("data");
+  w.BeginArray();
+  WriteModel(c, w);
   w.EndArray();
   w.EndObject();
   return std::move(w).Take();
+}
+
+// GET /v1/models/{id}: the model object, or 404 for an id this server does not serve.
+void RetrieveModel(const ServingContext& c, std::string_view encoded_id, http::Responder& r) {
+  const std::optional<std::string> id = PercentDecode(encoded_id);
+  if (!id.has_value() || *id != c.model_id) {
+    return SendStatus(r, absl::NotFoundError(StrCat("The model `", id.value_or(std::string(encoded_id)),
+                                                    "` does not exist; this server serves `",
+                                                    c.model_id, "`")));
+  }
+  JsonWriter w;
+  WriteModel(c, w);
+  r.Send(Json200(std::move(w).Take()));
 }
 
 // POST /tokenize: {"prompt": "..."} or {"messages": [...]} (+ add_special_tokens).
@@ -111,12 +134,66 @@ bool IsProbe(std::string_view path) {
   return path == "/livez" || path == "/readyz" || path == "/health";
 }
 
+// Whether `path` may be fetched without an API key.
+bool IsOpen(const ServingContext& c, std::string_view path) {
+  return IsProbe(path) || (path == "/metrics" && !c.config.metrics_require_api_key);
+}
+
+// 200 with `ok_body` when `status` is OK, else 503 in the OpenAI envelope with the reason.
+void SendProbe(http::Responder& r, const absl::Status& status, std::string ok_body) {
+  if (status.ok()) return r.Send(Json200(std::move(ok_body)));
+  r.Send(ErrorResponseFor(status));
+}
+
+absl::Status Liveness(const ServingContext& c) {
+  if (c.engine == nullptr) return absl::UnavailableError("the engine is not running");
+  return CheckLiveness(c.engine->Stats(), c.now_ms(), HealthOptionsFor(c.config));
+}
+
+absl::Status Readiness(const ServingContext& c) {
+  if (c.engine == nullptr) return absl::UnavailableError("the engine is not running");
+  ServingState state;
+  state.warmed_up = c.warmed_up.load();
+  state.draining = c.draining.load();
+  return CheckReadiness(c.engine->Stats(), c.now_ms(), state, HealthOptionsFor(c.config));
+}
+
 }  // namespace
 
+std::optional<std::string> PercentDecode(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '%') {
+      out += text[i];
+      continue;
+    }
+    int value = 0;
+    for (size_t j = i + 1; j <= i + 2; ++j) {
+      const char ch = j < text.size() ? text[j] : '\0';
+      const int digit = std::isdigit(static_cast<unsigned char>(ch)) ? ch - '0'
+                        : (ch >= 'a' && ch <= 'f')                    ? ch - 'a' + 10
+                        : (ch >= 'A' && ch <= 'F')                    ? ch - 'A' + 10
+                                                                      : -1;
+      if (digit < 0) return std::nullopt;
+      value = value * 16 + digit;
+    }
+    out += static_cast<char>(value);
+    i += 2;
+  }
+  return out;
+}
+
 bool AuthorizedBearer(std::string_view header, const std::vector<std::string>& keys) {
-  constexpr std::string_view kPrefix = "Bearer ";
-  if (header.size() < kPrefix.size() || header.substr(0, kPrefix.size()) != kPrefix) return false;
-  const std::string_view token = header.substr(kPrefix.size());
+  // RFC 9110 §11.1: the scheme is case-insensitive, followed by one or more spaces.
+  constexpr std::string_view kScheme = "bearer";
+  if (header.size() <= kScheme.size()) return false;
+  for (size_t i = 0; i < kScheme.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(header[i])) != kScheme[i]) return false;
+  }
+  std::string_view token = header.substr(kScheme.size());
+  if (token.front() != ' ') return false;
+  while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
   bool any = false;
   for (const std::string& key : keys) {
     // Compare every byte of the longer of the two, so timing reveals nothing about prefixes.
@@ -136,7 +213,7 @@ http::Handler MakeRouter(ServingContext& context, WorkQueue& work, std::string v
   return [&context, &work, version = std::move(version)](
              const http::Request& req, std::shared_ptr<http::Responder> responder) {
     const std::string& path = req.path;
-    if (!context.config.api_keys.empty() && !IsProbe(path) &&
+    if (!context.config.api_keys.empty() && !IsOpen(context, path) &&
         !AuthorizedBearer(req.Header("authorization"), context.config.api_keys)) {
       http::Response r = http::ErrorResponse(401, "missing or invalid API key",
                                              "authentication_error");
@@ -153,19 +230,15 @@ http::Handler MakeRouter(ServingContext& context, WorkQueue& work, std::string v
       return false;
     };
     if (path == "/livez") {
-      if (method_is("GET")) responder->Send(Json200(R"({"status":"ok"})"));
+      if (method_is("GET")) SendProbe(*responder, Liveness(context), R"({"status":"ok"})");
     } else if (path == "/readyz" || path == "/health") {
-      if (!method_is("GET")) return;
-      if (context.draining.load()) {
-        http::Response r = http::ErrorResponse(503, "draining", "unavailable_error");
-        responder->Send(std::move(r));
-      } else {
-        responder->Send(Json200(R"({"status":"ready"})"));
-      }
+      if (method_is("GET")) SendProbe(*responder, Readiness(context), R"({"status":"ready"})");
     } else if (path == "/version") {
       if (method_is("GET")) responder->Send(Json200(StrCat("{\"version\":", JsonQuote(version), "}")));
     } else if (path == "/v1/models") {
       if (method_is("GET")) responder->Send(Json200(ModelsBody(context)));
+    } else if (path.starts_with(kModelsPrefix) && path.size() > kModelsPrefix.size()) {
+      if (method_is("GET")) RetrieveModel(context, path.substr(kModelsPrefix.size()), *responder);
     } else if (path == "/metrics") {
       if (!method_is("GET")) return;
       http::Response r;

@@ -57,6 +57,9 @@ const std::vector<Key>& Keys() {
       {"strict_api", "", "refuse unknown request fields with 400", &C::strict_api},
       {"metrics_compat", "", "also expose metrics under another server's names", &C::metrics_compat,
        {}, {"", "vllm"}},
+      {"metrics_require_api_key", "",
+       "with api_keys set, /metrics needs a key too (false: open, as vLLM's is)",
+       &C::metrics_require_api_key},
       {"allow_request_chat_template", "", "let requests carry their own chat template",
        &C::allow_request_chat_template},
       {"grpc_port", "", "gRPC port (-1 = off, 0 = any free port)", &C::grpc_port, {-1, 65535}},
@@ -86,6 +89,11 @@ const std::vector<Key>& Keys() {
       {"retry_after_s", "s", "Retry-After sent with 503", &C::retry_after_s, {0, 3600}},
       {"drain_timeout_s", "s", "on SIGTERM, how long in-flight requests may take to finish",
        &C::drain_timeout_s, {0, 86400}},
+      {"livez_step_timeout_s", "s",
+       "/livez fails when the engine has work but no step returned for this long",
+       &C::livez_step_timeout_s, {1, 86400}},
+      {"livez_max_failed_steps", "steps", "/livez fails after this many failed engine steps in a row",
+       &C::livez_max_failed_steps, {1, 1000000}},
   };
   return *keys;
 }

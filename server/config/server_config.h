@@ -32,6 +32,7 @@ struct ServerConfig {
   std::vector<std::string> api_keys;  // empty = no authentication
   bool strict_api = false;
   std::string metrics_compat;  // "" or "vllm"
+  bool metrics_require_api_key = true;  // /metrics needs a key when api_keys is set
   bool allow_request_chat_template = false;
   // gRPC.
   int64_t grpc_port = -1;  // -1 = off, 0 = any free port
@@ -56,6 +57,8 @@ struct ServerConfig {
   int64_t retry_after_s = 1;
   // Lifecycle.
   int64_t drain_timeout_s = 30;
+  int64_t livez_step_timeout_s = 60;
+  int64_t livez_max_failed_steps = 5;
 };
 
 // Where values come from besides the flags (tests inject a fake environment).

@@ -1,9 +1,10 @@
-// loomd: the serving daemon. Loads the model, starts the engine loop and the HTTP server, and
-// runs until SIGTERM/SIGINT, then drains: readiness fails, new requests get 503, in-flight ones
+// loomd: the serving daemon. Loads the model, starts the engine loop and the HTTP server, warms
+// the engine up (then /readyz turns ready), and runs until SIGTERM/SIGINT, then drains: readiness fails, new requests get 503, in-flight ones
 // may finish within drain_timeout_s, and the process exits 0.
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -73,6 +74,23 @@ void LoadText(const std::string& dir, ServingContext& ctx) {
   }
   ctx.tokenizer = std::move(t.tokenizer);
   ctx.chat_template = std::move(t.chat);
+}
+
+// Runs one short greedy generation through the engine loop before the server reports ready, so
+// that the first step's one-time costs (first touch of weights and buffers; on CUDA, graph
+// capture) are paid here and a broken engine is found before any client is sent to it.
+absl::Status WarmUp(ServingContext& ctx) {
+  SchedRequest r;
+  r.id = RequestId(ctx.next_request_id.fetch_add(1));
+  r.max_new_tokens = ctx.model.max_context_len >= 3 ? 2 : 1;
+  const int32_t len = std::max(1, std::min(8, ctx.model.max_context_len - r.max_new_tokens));
+  for (int32_t i = 0; i < len; ++i) r.prompt.push_back(TokenId(i % ctx.model.vocab_size));
+  r.sampling.temperature = 0.0f;
+  std::shared_ptr<RequestStream> stream = ctx.engine->Submit(std::move(r));
+  for (;;) {
+    StreamBatch batch = stream->Wait(absl::Seconds(60));
+    if (batch.done) return batch.error;
+  }
 }
 
 int Run(const std::vector<std::string>& args) {
@@ -155,6 +173,16 @@ int Run(const std::vector<std::string>& args) {
     grpc = std::move(*started);
     std::printf("loomd gRPC listening on %s:%d\n", config.host.c_str(), grpc->port());
   }
+  // Until this is done /readyz answers 503 "warming up" (/livez already answers).
+  if (absl::Status s = WarmUp(ctx); !s.ok()) {
+    std::fprintf(stderr, "loomd: the warm-up generation failed: %s\n",
+                 std::string(s.message()).c_str());
+    (*server)->Stop();
+    if (grpc != nullptr) grpc->Stop();
+    engine.Stop();
+    return 1;
+  }
+  ctx.warmed_up = true;
   // The port line is what scripts and tests wait for (it comes last).
   std::printf("loomd listening on %s:%d\n", config.host.c_str(), (*server)->port());
   std::fflush(stdout);

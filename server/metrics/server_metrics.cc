@@ -49,6 +49,7 @@ struct View {
   prometheus::Counter* prompt_tokens;
   prometheus::Counter* generation_tokens;
   prometheus::Family<prometheus::Counter>* success;
+  prometheus::Family<prometheus::Counter>* rejected;  // loom_ view only
   prometheus::Family<Histogram>* ttft;
   prometheus::Family<Histogram>* itl;
   prometheus::Family<Histogram>* tpot;
@@ -93,6 +94,15 @@ class ServerMetrics::Impl {
       v.params_n->Add(labels, Histogram::BucketBoundaries{1, 2, 5, 10, 20}).Observe(r.n);
       v.prompt_tokens->Increment(static_cast<double>(r.prompt_tokens));
       v.generation_tokens->Increment(static_cast<double>(r.generation_tokens));
+    }
+  }
+
+  void ObserveRejected(std::string_view reason) {
+    const prometheus::Labels labels{{"model_name", options_.model_name},
+                                    {"reason", std::string(reason)}};
+    std::lock_guard<std::mutex> lock(mu_);
+    for (View& v : views_) {
+      if (v.rejected != nullptr) v.rejected->Add(labels).Increment();
     }
   }
 
@@ -155,6 +165,13 @@ class ServerMetrics::Impl {
                      .Name(prefix + "request_success_total")
                      .Help("Finished requests by reason.")
                      .Register(*registry_);
+    v.rejected = nullptr;
+    if (prefix == "loom_") {
+      v.rejected = &prometheus::BuildCounter()
+                        .Name(prefix + "request_rejected_total")
+                        .Help("Requests refused before they ran, by reason.")
+                        .Register(*registry_);
+    }
     v.ttft = histogram("time_to_first_token_seconds", "Arrival to first token.");
     v.itl = histogram("inter_token_latency_seconds", "Time between streamed tokens.");
     v.tpot = histogram("request_time_per_output_token_seconds", "Decode time per output token.");
@@ -175,10 +192,33 @@ class ServerMetrics::Impl {
   std::mutex mu_;
 };
 
+bool IsRejection(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kUnimplemented:
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kUnavailable:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string_view RejectionReason(absl::StatusCode code) {
+  if (code == absl::StatusCode::kResourceExhausted) return "overloaded";
+  if (code == absl::StatusCode::kUnavailable) return "unavailable";
+  return "invalid";
+}
+
 ServerMetrics::ServerMetrics(const MetricsOptions& options)
     : impl_(std::make_unique<Impl>(options)) {}
 ServerMetrics::~ServerMetrics() = default;
 void ServerMetrics::ObserveRequest(const RequestRecord& r) { impl_->ObserveRequest(r); }
+void ServerMetrics::ObserveRejected(const absl::Status& status) {
+  impl_->ObserveRejected(RejectionReason(status.code()));
+}
 void ServerMetrics::ObserveInterToken(double s, int64_t n) { impl_->ObserveInterToken(s, n); }
 void ServerMetrics::UpdateScheduler(const SchedulerStats& s) { impl_->UpdateScheduler(s); }
 std::string ServerMetrics::Render() const { return impl_->Render(); }

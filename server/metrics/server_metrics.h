@@ -7,10 +7,13 @@
 // what vLLM dashboards and routers query) with vLLM's buckets. loom's own histograms use the
 // same buckets, so the two views agree.
 //
-// Request histograms are observed once per request when it ends, whatever the reason — stop,
-// length, abort (client gone), deadline, rejected (admission, validation after parsing), error —
-// with a `finished_reason` label; requests refused before they had any timing observe only what
-// they have (e.g. the end-to-end latency of a 503).
+// Request histograms and `request_success_total` are observed once per request that the engine
+// accepted, when it ends, whatever the reason — stop, length, abort (client gone), deadline,
+// error — with a `finished_reason` label. Requests refused instead (bad input, a full queue,
+// draining; before or at admission) never ran: like vLLM, which counts them only as HTTP
+// responses, loom keeps them out of the success counter and the latency histograms, and counts
+// them in `loom_request_rejected_total{reason}` (reason: invalid, overloaded, unavailable; no
+// `vllm:` mirror, vLLM has no such family).
 //
 // Thread safety: every method may be called from any thread.
 #pragma once
@@ -20,9 +23,18 @@
 #include <string>
 #include <string_view>
 
+#include "absl/status/status.h"
+
 namespace loom {
 
 struct SchedulerStats;
+
+// Whether a request that ended with `status` was refused rather than run: InvalidArgument,
+// OutOfRange, NotFound, Unimplemented (bad input), ResourceExhausted (queue full), Unavailable
+// (draining). Other errors are failures of accepted requests.
+bool IsRejection(const absl::Status& status);
+// The `reason` label of a refusal: "invalid", "overloaded" or "unavailable".
+std::string_view RejectionReason(absl::StatusCode code);
 
 struct MetricsOptions {
   std::string model_name;
@@ -32,7 +44,7 @@ struct MetricsOptions {
 
 // Timings of one finished request, in seconds from its arrival (negative = never reached).
 struct RequestRecord {
-  std::string finished_reason;  // stop, length, abort, deadline, rejected, error
+  std::string finished_reason;  // stop, length, abort, deadline, error
   double queue_s = -1;          // arrival -> first scheduled
   double ttft_s = -1;           // arrival -> first token
   double e2e_s = 0;             // arrival -> end
@@ -49,6 +61,8 @@ class ServerMetrics {
   ~ServerMetrics();
 
   void ObserveRequest(const RequestRecord& record);
+  // One request refused before it ran, labelled with RejectionReason(status.code()).
+  void ObserveRejected(const absl::Status& status);
   // One inter-token gap of a streaming request (between consecutive token batches, divided
   // over the tokens in the later batch).
   void ObserveInterToken(double seconds, int64_t num_tokens);

@@ -147,11 +147,13 @@ Generation::Batch Generation::Convert(StreamBatch batch) {
   out.done = all_finished || batch.done;
   if (out.done) {
     done_ = true;
-    Record(!out.error.ok() ? (out.error.code() == absl::StatusCode::kResourceExhausted ||
-                                      out.error.code() == absl::StatusCode::kInvalidArgument
-                                  ? "rejected"
-                                  : "error")
-                           : choices_.front().finish_reason);
+    if (!out.error.ok() && !out.accepted && IsRejection(out.error)) {
+      // Refused at admission (a full queue, a request the scheduler cannot hold): it never ran.
+      recorded_ = true;
+      if (context_.metrics != nullptr) context_.metrics->ObserveRejected(out.error);
+    } else {
+      Record(!out.error.ok() ? "error" : choices_.front().finish_reason);
+    }
   }
   return out;
 }

@@ -32,6 +32,8 @@ struct ServingContext {
   std::function<int64_t()> now_ms;
   std::atomic<uint64_t> next_request_id{1};
   std::atomic<uint64_t> next_seed{0x5eed};
+  // Set once the model is loaded and a first generation has gone through the engine (readiness).
+  std::atomic<bool> warmed_up{false};
   // Set by SIGTERM: readiness fails and new requests get 503.
   std::atomic<bool> draining{false};
   // HTTP/gRPC responses started and not yet finished (what a drain waits for).

@@ -357,6 +357,61 @@ TEST(ExecutorValidationTest, EmptyPlansAreFine) {
   EXPECT_EQ(result.num_tokens_computed, 0);
 }
 
+// engine/api/executor.h: the mark of a failure after the engine state changed carries the
+// sequences it touched; unmarked errors and OK carry nothing.
+TEST(ExecutorMarksTest, AStepAppliedFailureNamesTheSequencesItTouched) {
+  const std::vector<SequenceId> touched = {SequenceId(7), SequenceId(12345678901234)};
+  const absl::Status marked = MarkStepApplied(absl::InternalError("late"), touched);
+  EXPECT_EQ(marked.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(StepAppliedTouched(marked), touched);
+  const absl::Status none = MarkStepApplied(absl::InternalError("late"), {});
+  ASSERT_TRUE(StepAppliedTouched(none).has_value());
+  EXPECT_TRUE(StepAppliedTouched(none)->empty());
+  EXPECT_FALSE(StepAppliedTouched(absl::InternalError("refused")).has_value());
+  EXPECT_TRUE(MarkStepApplied(absl::OkStatus(), touched).ok());
+  EXPECT_FALSE(IsFatalDeviceError(marked));
+}
+
+// A device failure after the forward pass (a fault injected where Synchronize reports one) in a
+// step that releases a sequence, admits one and continues one: the step is reported as not run,
+// unmarked (nothing was applied), and every sequence is as it was, so the same plan can be sent
+// again and the tokens are those of a run without the fault.
+TEST(ExecutorValidationTest, AStepThatFailsOnTheDeviceChangesNothing) {
+  auto executor = MakeExecutor();
+  ASSERT_NE(executor, nullptr);
+  int num_faults = 1;
+  executor->SetFaultInjectorForTesting([&](uint64_t step_id) {
+    if (step_id != 2 || num_faults == 0) return absl::OkStatus();
+    --num_faults;
+    return absl::InternalError("injected device fault");
+  });
+  std::vector<TokenId> tokens;
+  tokens.push_back(MustExecute(*executor, HistoryStep(0)).outputs.at(0).token_id);
+  tokens.push_back(MustExecute(*executor, HistoryStep(1)).outputs.at(0).token_id);
+  StepPlan step;
+  step.step_id = 2;
+  step.finished = {SequenceId(2)};
+  step.new_sequences.push_back(NewSeq(3, Prompt(5, 200), Blocks(8, 2)));
+  step.continuing.push_back(Continue(1));
+  const absl::StatusOr<StepResult> failed = executor->Execute(step);
+  ASSERT_FALSE(failed.ok());
+  LOOM_EXPECT_CONTAINS(Message(failed.status()), "injected device fault");
+  EXPECT_FALSE(StepAppliedTouched(failed.status()).has_value());
+  EXPECT_EQ(executor->num_sequences(), 2u);
+  // Sent again, the plan runs as if the failure had never happened.
+  const StepResult again = MustExecute(*executor, step);
+  EXPECT_EQ(again.step_id, 2u);
+  ASSERT_EQ(again.outputs.size(), 2u);
+  EXPECT_EQ(again.outputs[0].token_id, AloneTokens(Prompt(5, 200), 1).at(0));
+  tokens.push_back(again.outputs[1].token_id);
+  StepPlan decode;
+  decode.step_id = 3;
+  decode.continuing.push_back(Continue(1));
+  tokens.push_back(MustExecute(*executor, decode).outputs.at(0).token_id);
+  EXPECT_EQ(tokens, AloneTokens(Prompt(10), 4));
+  EXPECT_EQ(num_faults, 0);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Results.
 

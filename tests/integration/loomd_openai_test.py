@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """loomd end to end with real clients: the OpenAI Python client (completions and chat, streamed
 and not), raw malformed HTTP, HTTP/1.1 framing on one connection (pipelining, HEAD,
-100-continue, HTTP/1.0 streams), client disconnects, Prometheus text checked by promtool, and the
-SIGTERM drain. After every bad-input case the server still answers a normal request.
+100-continue, HTTP/1.0 streams), client disconnects, Prometheus text checked by promtool, honest
+probes, and the SIGTERM drain. After every bad-input case the server still answers a normal request.
 
   python tests/integration/loomd_openai_test.py --loomd build/cpu-release/bin/loomd --model DIR
 """
@@ -11,6 +11,7 @@ import http.client
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -88,6 +89,45 @@ class OpenAIClientTest(unittest.TestCase):
         models = self.server.client.models.list().data
         self.assertEqual(len(models), 1)
         self.assertEqual(models[0].id, os.path.basename(os.path.normpath(ARGS.model)))
+
+    def test_models_retrieve(self):
+        model = self.server.client.models.retrieve(self.model)
+        self.assertEqual(model.id, self.model)
+        self.assertEqual(model.object, "model")
+        with self.assertRaises(openai.NotFoundError) as caught:
+            self.server.client.models.retrieve("no-such-model")
+        self.assertEqual(caught.exception.body["type"], "not_found_error")
+        self.assertIn("no-such-model", caught.exception.body["message"])
+        self.assertServing()
+
+    def test_an_empty_tool_list_is_accepted(self):
+        out = self.server.client.chat.completions.create(
+            model=self.model, messages=[{"role": "user", "content": "Hi"}], max_tokens=2,
+            temperature=0, tools=[], tool_choice="none")
+        self.assertEqual(out.usage.completion_tokens, 2)
+        with self.assertRaises(openai.BadRequestError) as caught:
+            self.server.client.chat.completions.create(
+                model=self.model, messages=[{"role": "user", "content": "Hi"}], max_tokens=2,
+                tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}])
+        self.assertEqual(caught.exception.body["param"], "tools")
+
+    def test_the_bearer_scheme_is_case_insensitive(self):
+        for scheme in ("bearer", "BEARER", "Bearer"):
+            code, _, _ = self.server.raw("GET", "/v1/models", key=None,
+                                         headers={"Authorization": f"{scheme} {API_KEY}"})
+            self.assertEqual(code, 200, scheme)
+        code, _, _ = self.server.raw("GET", "/v1/models", key=None,
+                                     headers={"Authorization": f"Basic {API_KEY}"})
+        self.assertEqual(code, 401)
+
+    def test_probes_and_metrics_key(self):
+        code, _, payload = self.server.raw("GET", "/livez", key=None)
+        self.assertEqual((code, json.loads(payload)), (200, {"status": "ok"}))
+        code, _, payload = self.server.raw("GET", "/readyz", key=None)
+        self.assertEqual((code, json.loads(payload)), (200, {"status": "ready"}))
+        # metrics_require_api_key defaults to true: /metrics is behind the key like the API.
+        self.assertEqual(self.server.raw("GET", "/metrics", key=None)[0], 401)
+        self.assertEqual(self.server.raw("GET", "/metrics")[0], 200)
 
     def test_completion_stream_matches_non_stream(self):
         c = self.server.client
@@ -282,10 +322,16 @@ class OpenAIClientTest(unittest.TestCase):
         for name in (b"loom_request_queue_time_seconds_count", b"loom_request_prefill_time_seconds_count",
                      b"loom_inter_token_latency_seconds_count", b"loom_time_to_first_token_seconds_count"):
             self.assertIn(name, payload)
-        # Requests refused before the engine (bad input) are counted too.
+        # Requests refused before they ran (bad input, a prompt past the context) are counted
+        # as rejected, apart from the requests that ran.
         self.server.raw("POST", "/v1/completions", b"{bad")
+        self.server.raw("POST", "/v1/completions", json.dumps({"prompt": "x " * 2000}))
         _, _, payload = self.server.raw("GET", "/metrics")
-        self.assertIn(b'loom_request_success_total{finished_reason="rejected"', payload)
+        rejected = re.search(r'loom_request_rejected_total\{model_name="[^"]+",reason="invalid"\} (\d+)',
+                             payload.decode())
+        self.assertIsNotNone(rejected, payload)
+        self.assertGreaterEqual(int(rejected.group(1)), 2)
+        self.assertNotIn(b'finished_reason="rejected"', payload)
         promtool = shutil.which("promtool")
         # A missing tool is a broken install, not a reason to pass.
         self.assertIsNotNone(promtool, "promtool not found: deploy/install-deps.sh installs it")
@@ -441,7 +487,8 @@ class AdmissionAndOptionsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.server = Loomd("--max-num-seqs", "1", "--max-waiting-requests", "1",
-                           "--allow-request-chat-template", "--retry-after-s", "2")
+                           "--allow-request-chat-template", "--retry-after-s", "2",
+                           "--metrics-require-api-key=false")
 
     @classmethod
     def tearDownClass(cls):
@@ -460,8 +507,22 @@ class AdmissionAndOptionsTest(unittest.TestCase):
         threads = [threading.Thread(target=one) for _ in range(12)]
         for t in threads:
             t.start()
+        # While the waiting queue is at its cap the server is not ready (a balancer should send
+        # new requests elsewhere); it is live all along.
+        probes = []
+        while any(t.is_alive() for t in threads):
+            code, _, payload = self.server.raw("GET", "/readyz", key=None)
+            probes.append((code, payload))
+            self.assertEqual(self.server.raw("GET", "/livez", key=None)[0], 200)
+            if code == 503:
+                break
+            time.sleep(0.005)
         for t in threads:
             t.join(timeout=300)
+        full = [json.loads(p)["error"]["message"] for c, p in probes if c == 503]
+        self.assertTrue(full, probes)
+        self.assertIn("waiting queue is full", full[0])
+        self.assertEqual(self.server.raw("GET", "/readyz", key=None)[0], 200)
         codes = sorted(code for code, _, _ in results)
         self.assertIn(503, codes)
         self.assertIn(200, codes)
@@ -472,6 +533,12 @@ class AdmissionAndOptionsTest(unittest.TestCase):
                 self.assertEqual(json.loads(payload)["error"]["type"], "overloaded_error")
         code, _, _ = self.server.raw("POST", "/v1/completions", json.dumps({"prompt": "ok", "max_tokens": 2}))
         self.assertEqual(code, 200)
+
+    def test_metrics_open_when_configured(self):
+        code, _, payload = self.server.raw("GET", "/metrics", key=None)
+        self.assertEqual(code, 200)
+        self.assertIn(b"loom_num_requests_running", payload)
+        self.assertEqual(self.server.raw("GET", "/v1/models", key=None)[0], 401)
 
     def test_timeout_ends_with_deadline(self):
         code, _, payload = self.server.raw("POST", "/v1/completions", json.dumps(

@@ -211,6 +211,67 @@ TEST(EngineLoopTest, AFailedStepFailsOnlyItsRequests) {
   EXPECT_TRUE(good.error.ok());
   EXPECT_EQ(good.tokens[0].size(), 5u);
   EXPECT_GE(loop.Stats().num_failed_steps, 1);
+  // The good request's steps succeeded after the failure.
+  EXPECT_EQ(loop.Stats().num_consecutive_failed_steps, 0);
+}
+
+// A fault-injecting wrapper: once, in the first step that releases a sequence while others
+// continue, it lets the plan run (the engine state advances: the release is done, the
+// sequences computed) and then reports a failure after the fact, touching only the first
+// continuing sequence.
+class FailsAfterApplyExecutor : public FakeExecutor {
+ public:
+  using FakeExecutor::FakeExecutor;
+  absl::StatusOr<StepResult> Execute(const StepPlan& plan) override {
+    absl::StatusOr<StepResult> result = FakeExecutor::Execute(plan);
+    if (!result.ok() || fired_ || plan.finished.empty() || plan.continuing.size() < 2) {
+      return result;
+    }
+    fired_ = true;
+    const std::vector<SequenceId> touched = {plan.continuing[0].seq_id};
+    return MarkStepApplied(absl::InternalError("device fault after the step ran"), touched);
+  }
+  bool fired() const { return fired_; }
+
+ private:
+  bool fired_ = false;
+};
+
+TEST(EngineLoopTest, AFailureAfterTheEngineAppliedAStepEndsOnlyTheTouchedRequest) {
+  FailsAfterApplyExecutor executor(Model(), Capacity(64));
+  executor.set_step_delay(std::chrono::microseconds(500));
+  EngineLoop loop(executor, SchedulerConfig{}, NowMs);
+  const SchedRequest first = Request(1, 5, 40);
+  const SchedRequest second = Request(2, 6, 40);
+  std::shared_ptr<RequestStream> first_stream = loop.Submit(first);
+  std::shared_ptr<RequestStream> second_stream = loop.Submit(second);
+  // Ends after two tokens while the others still run: the step after it releases its sequence.
+  Collected shortest = ReadAll(*loop.Submit(Request(3, 4, 2)));
+  Collected touched = ReadAll(*first_stream);
+  Collected bystander = ReadAll(*second_stream);
+  ASSERT_TRUE(executor.fired());
+  EXPECT_TRUE(shortest.error.ok()) << shortest.error;
+  EXPECT_EQ(shortest.tokens[0].size(), 2u);
+  EXPECT_EQ(touched.error.code(), absl::StatusCode::kInternal);
+  EXPECT_NE(touched.error.message().find("device fault after the step ran"), std::string::npos);
+  // The other request in the failed step recomputes and produces exactly its own tokens.
+  EXPECT_TRUE(bystander.error.ok()) << bystander.error;
+  EXPECT_EQ(bystander.tokens[0], ExpectedTokens(second.sampling.seed, second.prompt, 40, {},
+                                                kVocab));
+  // Later requests are served, and the loop settles: one failed step, no spinning.
+  Collected later = ReadAll(*loop.Submit(Request(4, 4, 5)));
+  EXPECT_TRUE(later.error.ok()) << later.error;
+  EXPECT_EQ(later.tokens[0].size(), 5u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const EngineLoopStats stats = loop.Stats();
+  EXPECT_EQ(stats.num_failed_steps, 1);
+  EXPECT_EQ(stats.num_consecutive_failed_steps, 0);
+  EXPECT_TRUE(stats.idle);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(loop.Stats().num_steps, stats.num_steps);
+  EXPECT_EQ(stats.scheduler.num_free_blocks, 64);
+  // The engine dropped every sequence, the touched one included.
+  EXPECT_EQ(executor.num_sequences(), 0u);
 }
 
 // An executor whose device is lost at the first step with a given prompt token: every request

@@ -140,6 +140,22 @@ TEST(OpenAiParamsTest, UnsupportedFeaturesAreRefusedNotIgnored) {
   EXPECT_TRUE(Chat(R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"text"}})").ok());
 }
 
+// Frameworks without tools send an empty list, often with tool_choice "none".
+TEST(OpenAiParamsTest, AnEmptyToolListAsksForNothingAndIsAccepted) {
+  const auto empty = Chat(R"({"messages":[{"role":"user","content":"x"}],"tools":[]})");
+  EXPECT_TRUE(empty.ok()) << empty.status();
+  const auto none = Chat(R"({"messages":[{"role":"user","content":"x"}],"tools":[],"tool_choice":"none"})",
+                         /*strict=*/true);
+  EXPECT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(Chat(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"auto"})").ok());
+  ExpectError(Chat(R"({"messages":[{"role":"user","content":"x"}],"tools":{}})"), "tools",
+              "must be an array");
+  ExpectError(Chat(R"({"messages":[{"role":"user","content":"x"}],"tools":[],"tool_choice":"required"})"),
+              "tool_choice", "needs tools");
+  ExpectError(Chat(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":{"type":"function","function":{"name":"f"}}})"),
+              "tool_choice", "needs tools");
+}
+
 TEST(OpenAiParamsTest, TimeoutAndRequestTemplate) {
   auto r = Chat(R"({"messages":[{"role":"user","content":"x"}],"timeout":2.5,"chat_template":"{{ 1 }}"})",
                 /*strict=*/true);

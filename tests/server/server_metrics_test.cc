@@ -22,21 +22,43 @@ TEST(ServerMetricsTest, RequestHistogramsCarryTheFinishReason) {
   ok.prompt_tokens = 12;
   ok.generation_tokens = 11;
   metrics.ObserveRequest(ok);
-  RequestRecord rejected;
-  rejected.finished_reason = "rejected";
-  rejected.e2e_s = 0.001;
-  metrics.ObserveRequest(rejected);
+  RequestRecord aborted;
+  aborted.finished_reason = "abort";
+  aborted.e2e_s = 0.001;
+  metrics.ObserveRequest(aborted);
   const std::string text = metrics.Render();
   EXPECT_TRUE(Has(text, R"(loom_e2e_request_latency_seconds_count{finished_reason="stop",model_name="tiny"} 1)"))
       << text;
-  EXPECT_TRUE(Has(text, R"(loom_e2e_request_latency_seconds_count{finished_reason="rejected",model_name="tiny"} 1)"));
+  EXPECT_TRUE(Has(text, R"(loom_e2e_request_latency_seconds_count{finished_reason="abort",model_name="tiny"} 1)"));
   EXPECT_TRUE(Has(text, R"(loom_time_to_first_token_seconds_bucket{finished_reason="stop",model_name="tiny",le="0.25"} 1)"));
-  // A rejected request had no first token.
-  EXPECT_FALSE(Has(text, R"(loom_time_to_first_token_seconds_count{finished_reason="rejected")"));
+  // An aborted request that had no first token observes no time to first token.
+  EXPECT_FALSE(Has(text, R"(loom_time_to_first_token_seconds_count{finished_reason="abort")"));
   EXPECT_TRUE(Has(text, R"(loom_request_success_total{finished_reason="stop",model_name="tiny"} 1)"));
   EXPECT_TRUE(Has(text, R"(loom_prompt_tokens_total{model_name="tiny"} 12)"));
   EXPECT_TRUE(Has(text, R"(loom_request_time_per_output_token_seconds_sum{finished_reason="stop",model_name="tiny"} 0.1)"));
   EXPECT_FALSE(Has(text, "vllm:"));
+}
+
+// Refused requests never ran: they are counted by reason in their own family, not as a
+// finish reason of the success counter, and observe no request histogram (vLLM counts them
+// only as HTTP responses).
+TEST(ServerMetricsTest, RejectedRequestsAreCountedApartFromFinishedOnes) {
+  ServerMetrics metrics(MetricsOptions{"tiny", true, 4096});
+  metrics.ObserveRejected(absl::InvalidArgumentError("prompt too long"));
+  metrics.ObserveRejected(absl::NotFoundError("no such model"));
+  metrics.ObserveRejected(absl::ResourceExhaustedError("queue full"));
+  metrics.ObserveRejected(absl::UnavailableError("draining"));
+  const std::string text = metrics.Render();
+  EXPECT_TRUE(Has(text, R"(loom_request_rejected_total{model_name="tiny",reason="invalid"} 2)"))
+      << text;
+  EXPECT_TRUE(Has(text, R"(loom_request_rejected_total{model_name="tiny",reason="overloaded"} 1)"));
+  EXPECT_TRUE(Has(text, R"(loom_request_rejected_total{model_name="tiny",reason="unavailable"} 1)"));
+  EXPECT_FALSE(Has(text, "rejected\""));  // no finished_reason="rejected" anywhere
+  EXPECT_FALSE(Has(text, R"(loom_request_success_total{)"));
+  EXPECT_FALSE(Has(text, R"(loom_e2e_request_latency_seconds_count{)"));
+  EXPECT_FALSE(Has(text, "vllm:request_rejected"));
+  EXPECT_TRUE(IsRejection(absl::ResourceExhaustedError("")));
+  EXPECT_FALSE(IsRejection(absl::InternalError("step failed")));
 }
 
 TEST(ServerMetricsTest, SchedulerSnapshotsDriveGaugesAndCounters) {
