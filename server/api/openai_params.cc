@@ -318,10 +318,10 @@ absl::StatusOr<CompletionParams> ParseCompletionRequest(std::string_view raw, En
   LOOM_RETURN_IF_ERROR(OptString(body, "model", &p.model));
   if (kind == EndpointKind::kCompletion) {
     LOOM_RETURN_IF_ERROR(ParsePrompt(body, limits, &p));
-    LOOM_RETURN_IF_ERROR(OptBool(body, "echo", &p.echo));
   } else {
     LOOM_RETURN_IF_ERROR(ParseMessages(body, raw, &p));
   }
+  LOOM_RETURN_IF_ERROR(OptBool(body, "echo", &p.echo));
   LOOM_RETURN_IF_ERROR(OptInt(body, "max_tokens", 0, INT32_MAX, &p.max_tokens));
   if (kind == EndpointKind::kChat) {
     LOOM_RETURN_IF_ERROR(OptInt(body, "max_completion_tokens", 0, INT32_MAX, &p.max_tokens));

@@ -387,6 +387,8 @@ TEST(SchedulerTest, PromptLogprobsComeFirstWithoutPrefixCaching) {
   r.sampling.prompt_logprobs = 0;
   ASSERT_TRUE(scheduler.Add(r).ok());
   Driver d{scheduler, executor};
+  d.Step();
+  EXPECT_EQ(executor.num_sequences(), 1u);  // choice 1 waits for choice 0's prompt
   d.RunToEnd();
   EXPECT_EQ(d.prompt_logprobs[Key(1, 0)], testing::ExpectedPromptLogprobs(r.prompt));
   EXPECT_EQ(d.prompt_logprobs_at_first_token[1], r.prompt.size() - 1);
