@@ -139,7 +139,9 @@ std::vector<CompletionTokenLogprob> CompletionJob::PromptLogprobs(size_t g) cons
 
 CompletionTokenLogprob CompletionJob::CompletionEntry(const PositionLogprobs& p) const {
   CompletionTokenLogprob entry{TokenText(p.token.token_id.value()), p.token.logprob, {}};
-  for (const TokenLogprob& t : p.top) entry.top.emplace_back(TokenText(t.token_id.value()), t.logprob);
+  for (const TokenLogprob& t : p.top) {
+    entry.top.emplace_back(TokenText(t.token_id.value()), t.logprob);
+  }
   return entry;
 }
 
