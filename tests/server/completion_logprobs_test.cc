@@ -22,7 +22,9 @@ std::vector<int64_t> Offsets(const Json& logprobs) {
   std::vector<int64_t> out;
   absl::StatusOr<Json> offsets = logprobs.Get("text_offset");
   EXPECT_TRUE(offsets.ok());
-  for (size_t i = 0; offsets.ok() && i < offsets->size(); ++i) out.push_back(*(*offsets)[i].AsInt());
+  for (size_t i = 0; offsets.ok() && i < offsets->size(); ++i) {
+    out.push_back(*(*offsets)[i].AsInt());
+  }
   return out;
 }
 
