@@ -22,7 +22,11 @@ struct SchedRequest {
   RequestId id;
   std::vector<TokenId> prompt;
   // Carried to the engine; each choice i > 0 draws with seed + i.
+  // sampling.prompt_logprobs >= 0 asks for the prompt's log-probabilities (OpenAI `echo` with
+  // `logprobs`): choice 0 computes its whole prompt (no prefix-cache hit) to report them.
   SamplingParams sampling;
+  // 0: only the prompt is computed (for its log-probabilities); nothing is generated and every
+  // choice finishes with kLength.
   int32_t max_new_tokens = 16;
   // A sampled token from this list ends the choice (the token is kept in the output). The
   // server puts the model's end-of-sequence ids here unless the client asked to ignore them.
@@ -54,6 +58,11 @@ struct ChoiceOutput {
   int32_t index = 0;  // the choice, 0 .. n-1
   std::vector<TokenId> new_tokens;
   std::vector<PositionLogprobs> logprobs;
+  // Choice 0 only, when sampling.prompt_logprobs >= 0: the next prompt positions' scores, in
+  // order. Entry i of all reports taken together scores prompt token i + 1 (the first prompt
+  // token has no score); each is reported once, even across preemptions, and all of them
+  // before any choice's first token.
+  std::vector<PositionLogprobs> prompt_logprobs;
   FinishReason finish = FinishReason::kNone;
   int32_t num_prompt_tokens = 0;
   // Prompt tokens whose K/V came from the prefix cache at this choice's (latest) admission.

@@ -19,6 +19,9 @@ void RequestStream::Push(ChoiceOutput output) {
                                 output.new_tokens.end());
       merged->logprobs.insert(merged->logprobs.end(), output.logprobs.begin(),
                               output.logprobs.end());
+      merged->prompt_logprobs.insert(merged->prompt_logprobs.end(),
+                                     output.prompt_logprobs.begin(),
+                                     output.prompt_logprobs.end());
       merged->finish = output.finish;
       merged->num_cached_tokens = output.num_cached_tokens;
       merged->first_scheduled_ms = output.first_scheduled_ms;

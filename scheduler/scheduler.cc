@@ -38,9 +38,9 @@ absl::Status Scheduler::Add(SchedRequest request) {
   const int64_t prompt_len = static_cast<int64_t>(request.prompt.size());
   if (prompt_len == 0) return absl::InvalidArgumentError("the prompt is empty");
   if (request.n < 1) return absl::InvalidArgumentError(StrCat("n is ", request.n, "; must be >= 1"));
-  if (request.max_new_tokens < 1) {
+  if (request.max_new_tokens < 0) {
     return absl::InvalidArgumentError(
-        StrCat("max_new_tokens is ", request.max_new_tokens, "; must be >= 1"));
+        StrCat("max_new_tokens is ", request.max_new_tokens, "; must be >= 0"));
   }
   if (prompt_len + request.max_new_tokens > model_.max_context_len) {
     return absl::InvalidArgumentError(

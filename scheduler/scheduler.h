@@ -15,7 +15,13 @@
 //      free blocks allow: the longest verified cached prefix is reused, the rest of the prompt is
 //      prefilled in chunks. A waiting sequence more important than a running one may preempt it.
 // Choices 1..n-1 of a request wait until choice 0 has prefilled its prompt (or has ended), then
-// reuse its blocks through the prefix cache (with prefix caching off they prefill on their own).
+// reuse its blocks through the prefix cache (with prefix caching off they prefill on their own,
+// unless the prompt's log-probabilities are asked for: those come from choice 0, before any
+// choice's first token).
+//
+// Prompt log-probabilities (sampling.prompt_logprobs >= 0) are computed by choice 0 alone, which
+// then takes no prefix-cache hit until all of them are reported; each position is reported once.
+// A request with max_new_tokens 0 computes its prompt and finishes with kLength, generating none.
 //
 // Admission control bounds the waiting queue by requests and by prompt tokens; Add refuses
 // beyond it with ResourceExhausted (the server answers 503 with Retry-After).
@@ -68,7 +74,7 @@ class Scheduler {
   Scheduler(const SchedulerConfig& config, const ModelInfo& model, const KvCapacity& capacity);
   ~Scheduler();
 
-  // Queues a request. InvalidArgument for an empty prompt, n < 1, max_new_tokens < 1, a prompt
+  // Queues a request. InvalidArgument for an empty prompt, n < 1, max_new_tokens < 0, a prompt
   // plus max_new_tokens past the context, a duplicate id, or a KV demand larger than the whole
   // cache; ResourceExhausted when the waiting queue is full.
   absl::Status Add(SchedRequest request);
@@ -129,6 +135,7 @@ class Scheduler {
   void Release(Seq& seq);
   void RegisterFullBlocks(Seq& seq);
   void AppendToken(Seq& seq, const SequenceOutput& out);
+  void TakePromptLogprobs(Seq& seq, const SequenceOutput& out);
   void ExpireAndAbort(int64_t now_ms);
   ChoiceOutput& OutputFor(Seq& seq);
   void InsertWaiting(Seq* seq);

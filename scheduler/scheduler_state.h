@@ -34,8 +34,17 @@ struct Scheduler::Seq {
   BlockHash last_hash;
   int32_t num_cached_tokens = 0;
   int64_t first_scheduled_ms = -1;  // kept across preemptions
+  // Prompt positions whose log-probabilities were reported (choice 0, prompt_logprobs >= 0);
+  // kept across preemptions, so a recomputed prompt reports none twice.
+  int32_t num_prompt_logprobs = 0;
 
   int32_t num_generated() const { return static_cast<int32_t>(tokens.size()) - num_prompt; }
+  // Whether this sequence still owes prompt log-probabilities: it must compute its whole prompt
+  // (no prefix-cache hit) and ask the engine for them.
+  bool ScoresPrompt() const {
+    return index == 0 && req->params.sampling.prompt_logprobs >= 0 &&
+           num_prompt_logprobs < num_prompt - 1;
+  }
   // Most important first: priority, then arrival, then choice.
   auto Key() const { return std::make_tuple(req->params.priority, req->arrival, index); }
   static bool MoreImportant(const Seq* a, const Seq* b) { return a->Key() < b->Key(); }

@@ -91,8 +91,12 @@ void Scheduler::MakeRoomForImportantWaiting() {
 
 // Choices after the first wait for the first to compute the prompt, so they find it cached
 // (unless the first ended before that, e.g. aborted: then nobody is waited for).
+// With prefix caching off they need not wait, unless choice 0 reports the prompt's
+// log-probabilities: those must all be out before any choice's first token.
 bool Scheduler::Eligible(const Seq& seq) const {
-  return seq.index == 0 || seq.req->prompt_ready || !pool_.prefix_caching() ||
+  const bool waits_for_first =
+      pool_.prefix_caching() || seq.req->params.sampling.prompt_logprobs >= 0;
+  return seq.index == 0 || seq.req->prompt_ready || !waits_for_first ||
          seq.req->seqs.front()->state == Seq::State::kFinished;
 }
 
@@ -106,8 +110,10 @@ void Scheduler::ScheduleWaiting(int32_t* budget, StepPlan& plan) {
       continue;
     }
     const int32_t len = static_cast<int32_t>(seq.tokens.size());
+    // A sequence that owes prompt log-probabilities computes every prompt position.
+    const bool scores_prompt = seq.ScoresPrompt();
     std::vector<BlockId> hit;
-    if (pool_.prefix_caching()) {
+    if (pool_.prefix_caching() && !scores_prompt) {
       // At least the last token is computed, so it never writes into a shared block.
       std::vector<BlockHash> hashes = HashFullBlocks(
           std::span<const TokenId>(seq.tokens).first(len - 1), bs, seq.req->params.cache_salt);
@@ -144,6 +150,7 @@ void Scheduler::ScheduleWaiting(int32_t* budget, StepPlan& plan) {
     p.num_scheduled_tokens = num_new;
     p.sampling = seq.req->params.sampling;
     p.sampling.seed += static_cast<uint64_t>(seq.index);
+    if (!scores_prompt) p.sampling.prompt_logprobs = -1;
     plan.new_sequences.push_back(std::move(p));
     new_in_flight_.emplace_back(&seq, num_new);
     *budget -= num_new;

@@ -34,7 +34,13 @@ absl::Status Scheduler::Update(const StepResult& result) {
     seq.num_computed += step[i].second;
     RegisterFullBlocks(seq);
     if (seq.index == 0 && seq.num_computed >= seq.num_prompt) seq.req->prompt_ready = true;
-    if (out.has_token()) AppendToken(seq, out);  // may finish and destroy the sequence
+    if (!out.prompt_logprobs.empty()) TakePromptLogprobs(seq, out);
+    if (!out.has_token()) continue;
+    if (seq.req->params.max_new_tokens == 0) {
+      Finish(seq, FinishReason::kLength);  // the prompt was all it asked for; may destroy seq
+    } else {
+      AppendToken(seq, out);  // may finish and destroy the sequence
+    }
   }
   return absl::OkStatus();
 }
@@ -93,6 +99,20 @@ void Scheduler::AppendToken(Seq& seq, const SequenceOutput& out) {
     reason = FinishReason::kLength;
   }
   if (reason != FinishReason::kNone) Finish(seq, reason);
+}
+
+// A preempted sequence recomputes its prompt from the start: positions already reported are
+// skipped, so each is reported exactly once and in order.
+void Scheduler::TakePromptLogprobs(Seq& seq, const SequenceOutput& out) {
+  if (seq.index != 0 || seq.req->params.sampling.prompt_logprobs < 0) return;
+  ChoiceOutput* report = nullptr;
+  for (size_t i = 0; i < out.prompt_logprobs.size(); ++i) {
+    const int32_t position = out.prompt_logprobs_start + static_cast<int32_t>(i);
+    if (position != seq.num_prompt_logprobs || position >= seq.num_prompt - 1) continue;
+    if (report == nullptr) report = &OutputFor(seq);
+    report->prompt_logprobs.push_back(out.prompt_logprobs[i]);
+    ++seq.num_prompt_logprobs;
+  }
 }
 
 std::vector<ChoiceOutput> Scheduler::TakeOutputs() {

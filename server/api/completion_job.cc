@@ -83,21 +83,66 @@ void CompletionJob::Pump() {
     if (done_[g]) continue;
     for (const ChoiceEvent& e : batches[g].events) {
       const int32_t index = static_cast<int32_t>(g) * params_.n + e.index;
-      ChoiceState& c = choices_[index];
-      std::string text = e.text;
-      if (params_.echo && !c.echoed) {
-        text = prompts_[g].echo_text + text;
-        c.echoed = true;
-      }
-      if (streaming_started_) WriteChunk(index, e, text, c.text.size());
-      c.text += text;
-      c.token_ids.insert(c.token_ids.end(), e.token_ids.begin(), e.token_ids.end());
-      c.logprobs.insert(c.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
-      if (!e.finish_reason.empty()) c.finish_reason = e.finish_reason;
+      Piece piece = Absorb(g, index, e);
+      if (streaming_started_) WriteChunk(index, piece);
     }
     done_[g] = batches[g].done;
   }
   if (std::all_of(done_.begin(), done_.end(), [](bool d) { return d; })) Finish();
+}
+
+CompletionJob::Piece CompletionJob::Absorb(size_t g, int32_t index, const ChoiceEvent& e) {
+  ChoiceState& c = choices_[index];
+  Piece piece;
+  piece.text = e.text;
+  piece.finish_reason = e.finish_reason;
+  piece.matched_stop = e.matched_stop;
+  const bool completion_logprobs = !IsChat(params_) && params_.logprobs >= 0;
+  if (params_.echo && !c.echoed) {
+    piece.text = prompts_[g].echo_text + piece.text;
+    if (completion_logprobs) piece.logprobs = PromptLogprobs(g);
+    c.echoed = true;
+  }
+  if (IsChat(params_)) {
+    piece.chat_logprobs = e.logprobs;
+  } else if (completion_logprobs) {
+    for (const PositionLogprobs& p : e.logprobs) piece.logprobs.push_back(CompletionEntry(p));
+  }
+  piece.text_offset = c.logprobs_end_offset;
+  c.logprobs_end_offset = EndOffset(piece.logprobs, piece.text_offset);
+  c.text += piece.text;
+  c.token_ids.insert(c.token_ids.end(), e.token_ids.begin(), e.token_ids.end());
+  c.chat_logprobs.insert(c.chat_logprobs.end(), piece.chat_logprobs.begin(),
+                         piece.chat_logprobs.end());
+  c.logprobs.insert(c.logprobs.end(), piece.logprobs.begin(), piece.logprobs.end());
+  if (!e.finish_reason.empty()) c.finish_reason = e.finish_reason;
+  return piece;
+}
+
+// The prompt's first token has no score; the scheduler reports the others before any choice's
+// first event. A request cut short before its prompt was computed (deadline, abort) leaves the
+// rest unscored too.
+std::vector<CompletionTokenLogprob> CompletionJob::PromptLogprobs(size_t g) const {
+  const std::vector<int32_t>& ids = generations_[g]->prompt_ids();
+  const std::vector<PositionLogprobs>& scores = generations_[g]->prompt_logprobs();
+  std::vector<CompletionTokenLogprob> out;
+  out.reserve(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i > 0 && i - 1 < scores.size()) {
+      out.push_back(CompletionEntry(scores[i - 1]));
+    } else {
+      out.push_back(CompletionTokenLogprob{TokenText(ids[i]), std::nullopt, {}});
+    }
+  }
+  return out;
+}
+
+CompletionTokenLogprob CompletionJob::CompletionEntry(const PositionLogprobs& p) const {
+  CompletionTokenLogprob entry{TokenText(p.token.token_id.value()), p.token.logprob, {}};
+  for (const TokenLogprob& t : p.top) {
+    entry.top.emplace_back(TokenText(t.token_id.value()), t.logprob);
+  }
+  return entry;
 }
 
 void CompletionJob::StartStreamIfReady() {
@@ -134,11 +179,12 @@ void CompletionJob::StartStreamIfReady() {
 void CompletionJob::FlushEarlyOutput() {
   for (size_t i = 0; i < choices_.size(); ++i) {
     const ChoiceState& c = choices_[i];
-    if (c.text.empty() && c.finish_reason.empty() && c.logprobs.empty()) continue;
-    ChoiceEvent e;
-    e.finish_reason = c.finish_reason;
-    e.logprobs = c.logprobs;
-    WriteChunk(static_cast<int32_t>(i), e, c.text, 0);
+    Piece piece;
+    piece.text = c.text;
+    piece.chat_logprobs = c.chat_logprobs;
+    piece.logprobs = c.logprobs;
+    piece.finish_reason = c.finish_reason;
+    WriteChunk(static_cast<int32_t>(i), piece);
   }
 }
 
@@ -165,38 +211,42 @@ void CompletionJob::BeginChunkChoice(JsonWriter& w, int32_t index) const {
   w.Int(index);
 }
 
-void CompletionJob::WriteChunk(int32_t index, const ChoiceEvent& e, const std::string& text,
-                               size_t text_offset) {
-  if (text.empty() && e.finish_reason.empty() && e.logprobs.empty()) return;
+void CompletionJob::WriteChunk(int32_t index, const Piece& piece) {
+  if (piece.text.empty() && piece.finish_reason.empty() && piece.logprobs.empty() &&
+      piece.chat_logprobs.empty()) {
+    return;
+  }
   JsonWriter w;
   BeginChunkChoice(w, index);
   if (IsChat(params_)) {
     w.Key("delta");
     w.BeginObject();
-    if (!text.empty() || e.finish_reason.empty()) {
+    if (!piece.text.empty() || piece.finish_reason.empty()) {
       w.Key("content");
-      w.String(text);
+      w.String(piece.text);
     }
     w.EndObject();
   } else {
     w.Key("text");
-    w.String(text);
+    w.String(piece.text);
   }
   w.Key("logprobs");
-  if (params_.logprobs >= 0 && !e.logprobs.empty()) {
-    WriteLogprobs(w, e.logprobs, text_offset);
+  if (params_.logprobs >= 0 && IsChat(params_) && !piece.chat_logprobs.empty()) {
+    WriteChatLogprobs(w, piece.chat_logprobs);
+  } else if (params_.logprobs >= 0 && !IsChat(params_) && !piece.logprobs.empty()) {
+    WriteCompletionLogprobs(w, piece.logprobs, piece.text_offset);
   } else {
     w.Null();
   }
   w.Key("finish_reason");
-  if (e.finish_reason.empty()) {
+  if (piece.finish_reason.empty()) {
     w.Null();
   } else {
-    w.String(e.finish_reason);
+    w.String(piece.finish_reason);
   }
-  if (e.matched_stop.has_value()) {
+  if (piece.matched_stop.has_value()) {
     w.Key("stop_reason");
-    w.String(*e.matched_stop);
+    w.String(*piece.matched_stop);
   }
   w.EndObject();
   w.EndArray();
@@ -209,69 +259,37 @@ std::string CompletionJob::TokenText(int32_t id) const {
   return context_.tokenizer->Decode(std::vector<int32_t>{id}, false);
 }
 
-void CompletionJob::WriteLogprobs(JsonWriter& w, const std::vector<PositionLogprobs>& lps,
-                                  size_t text_offset) const {
+void CompletionJob::WriteChatLogprobs(JsonWriter& w,
+                                      const std::vector<PositionLogprobs>& lps) const {
   const auto number = [&](float v) { w.Double(std::isfinite(v) ? v : -9999.0); };
+  const auto entry = [&](const TokenLogprob& t) {
+    const std::string s = TokenText(t.token_id.value());
+    w.Key("token");
+    w.String(s);
+    w.Key("logprob");
+    number(t.logprob);
+    w.Key("bytes");
+    w.BeginArray();
+    for (unsigned char ch : s) w.Int(ch);
+    w.EndArray();
+  };
   w.BeginObject();
-  if (IsChat(params_)) {
-    w.Key("content");
-    w.BeginArray();
-    for (const PositionLogprobs& p : lps) {
-      const auto entry = [&](const TokenLogprob& t) {
-        const std::string s = TokenText(t.token_id.value());
-        w.Key("token");
-        w.String(s);
-        w.Key("logprob");
-        number(t.logprob);
-        w.Key("bytes");
-        w.BeginArray();
-        for (unsigned char ch : s) w.Int(ch);
-        w.EndArray();
-      };
-      w.BeginObject();
-      entry(p.token);
-      w.Key("top_logprobs");
-      w.BeginArray();
-      for (const TokenLogprob& t : p.top) {
-        w.BeginObject();
-        entry(t);
-        w.EndObject();
-      }
-      w.EndArray();
-      w.EndObject();
-    }
-    w.EndArray();
-  } else {
-    std::vector<std::string> texts;
-    for (const PositionLogprobs& p : lps) texts.push_back(TokenText(p.token.token_id.value()));
-    w.Key("tokens");
-    w.BeginArray();
-    for (const std::string& s : texts) w.String(s);
-    w.EndArray();
-    w.Key("token_logprobs");
-    w.BeginArray();
-    for (const PositionLogprobs& p : lps) number(p.token.logprob);
-    w.EndArray();
+  w.Key("content");
+  w.BeginArray();
+  for (const PositionLogprobs& p : lps) {
+    w.BeginObject();
+    entry(p.token);
     w.Key("top_logprobs");
     w.BeginArray();
-    for (const PositionLogprobs& p : lps) {
+    for (const TokenLogprob& t : p.top) {
       w.BeginObject();
-      for (const TokenLogprob& t : p.top) {
-        w.Key(TokenText(t.token_id.value()));
-        number(t.logprob);
-      }
+      entry(t);
       w.EndObject();
     }
     w.EndArray();
-    w.Key("text_offset");
-    w.BeginArray();
-    size_t offset = text_offset;
-    for (const std::string& s : texts) {
-      w.Int(static_cast<int64_t>(offset));
-      offset += s.size();
-    }
-    w.EndArray();
+    w.EndObject();
   }
+  w.EndArray();
   w.EndObject();
 }
 
@@ -321,8 +339,10 @@ std::string CompletionJob::ResponseBody() const {
       w.String(c.text);
     }
     w.Key("logprobs");
-    if (params_.logprobs >= 0) {
-      WriteLogprobs(w, c.logprobs, 0);
+    if (params_.logprobs >= 0 && IsChat(params_)) {
+      WriteChatLogprobs(w, c.chat_logprobs);
+    } else if (params_.logprobs >= 0) {
+      WriteCompletionLogprobs(w, c.logprobs, 0);
     } else {
       w.Null();
     }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "engine/common/json.h"
 #include "engine/common/status.h"
 #include "engine/common/strings.h"
 #include "server/api/api_status.h"
@@ -19,12 +20,35 @@ void Reject(ServingContext& context, http::Responder& r, const absl::Status& s) 
   r.Send(ErrorResponseFor(s, context.config.retry_after_s));
 }
 
+// Chat's `echo` (vLLM's): the content of the last message when it is the assistant's (the
+// message a response continues, e.g. with continue_final_message), text parts joined by
+// newlines; otherwise nothing. The messages were validated when the body was parsed.
+std::string EchoedChatContent(const CompletionParams& p) {
+  absl::StatusOr<Json> body = Json::Parse(p.messages_json, "request body");
+  if (!body.ok()) return "";
+  std::optional<Json> messages = body->Find("messages");
+  if (!messages.has_value() || !messages->IsArray() || messages->size() == 0) return "";
+  const Json last = (*messages)[messages->size() - 1];
+  absl::StatusOr<std::string> role = last.GetString("role", "");
+  std::optional<Json> content = last.Find("content");
+  if (!role.ok() || *role != "assistant" || !content.has_value()) return "";
+  if (content->IsString()) return *content->AsString();
+  std::string joined;
+  for (size_t i = 0; content->IsArray() && i < content->size(); ++i) {
+    absl::StatusOr<std::string> text = (*content)[i].GetString("text", "");
+    if (!text.ok()) continue;
+    if (i > 0) joined += "\n";
+    joined += *text;
+  }
+  return joined;
+}
+
 absl::StatusOr<std::vector<CompletionJob::PromptInfo>> BuildPrompts(
     const ServingContext& context, const CompletionParams& p) {
   std::vector<CompletionJob::PromptInfo> prompts;
   if (p.kind == EndpointKind::kChat) {
     LOOM_ASSIGN_OR_RETURN(std::vector<int32_t> ids, RenderChatPrompt(context, p));
-    prompts.push_back({std::move(ids), ""});
+    prompts.push_back({std::move(ids), p.echo ? EchoedChatContent(p) : ""});
     return prompts;
   }
   for (const PromptInput& in : p.prompts) {
@@ -54,14 +78,14 @@ absl::StatusOr<GenerationRequest> BuildGenerationRequest(const ServingContext& c
   const char* what = p.kind == EndpointKind::kChat ? "messages" : "prompt";
   int64_t max_tokens = p.max_tokens.value_or(-1);
   if (max_tokens < 0) max_tokens = p.kind == EndpointKind::kChat ? context_len - prompt_len : 16;
-  if (static_cast<int64_t>(prompt_len) + std::max<int64_t>(max_tokens, 1) > context_len) {
+  if (static_cast<int64_t>(prompt_len) + max_tokens > context_len) {
     return ParamError(what, StrCat("This model's maximum context length is ", context_len,
                                    " tokens. However, you requested ", prompt_len + max_tokens,
                                    " tokens (", prompt_len, " in the ", what, ", ", max_tokens,
                                    " in the completion). Please reduce the length."));
   }
   GenerationRequest r;
-  r.max_tokens = static_cast<int32_t>(std::max<int64_t>(max_tokens, 1));
+  r.max_tokens = static_cast<int32_t>(max_tokens);  // 0 only with echo: the prompt alone
   r.n = p.n;
   SamplingParams& s = r.sampling;
   s.temperature = static_cast<float>(p.temperature);
@@ -74,6 +98,9 @@ absl::StatusOr<GenerationRequest> BuildGenerationRequest(const ServingContext& c
   for (const auto& [id, bias] : p.logit_bias) s.logit_bias.emplace_back(TokenId(id), bias);
   s.min_tokens = p.min_tokens;
   s.logprobs = p.logprobs.value_or(-1);
+  // A completion that echoes its prompt with logprobs scores the prompt's tokens too (chat's
+  // echo is the last message's text, without scores).
+  if (p.echo && p.kind == EndpointKind::kCompletion) s.prompt_logprobs = p.logprobs.value_or(-1);
   if (p.seed.has_value()) {
     s.seed = static_cast<uint64_t>(*p.seed);
     r.has_seed = true;

@@ -330,10 +330,10 @@ absl::StatusOr<CompletionParams> ParseCompletionRequest(std::string_view raw, En
   LOOM_RETURN_IF_ERROR(OptString(body, "model", &p.model));
   if (kind == EndpointKind::kCompletion) {
     LOOM_RETURN_IF_ERROR(ParsePrompt(body, limits, &p));
-    LOOM_RETURN_IF_ERROR(OptBool(body, "echo", &p.echo));
   } else {
     LOOM_RETURN_IF_ERROR(ParseMessages(body, raw, &p));
   }
+  LOOM_RETURN_IF_ERROR(OptBool(body, "echo", &p.echo));
   LOOM_RETURN_IF_ERROR(OptInt(body, "max_tokens", &p.max_tokens));
   ParamNames names;
   if (kind == EndpointKind::kChat) {

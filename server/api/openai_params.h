@@ -59,7 +59,10 @@ struct CompletionParams {
   std::vector<std::pair<int32_t, float>> logit_bias;
   // Unset: none; k >= 0: the sampled token's log-probability and the k most likely.
   std::optional<int32_t> logprobs;
-  bool echo = false;  // kCompletion: the prompt is prepended to the output
+  // kCompletion: the prompt (and, with logprobs, its tokens' scores) is prepended to the output;
+  // then max_tokens may be 0 (score the prompt, generate nothing). kChat: the last message's
+  // content is, when it is the assistant's.
+  bool echo = false;
   // Stopping.
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;

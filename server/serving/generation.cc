@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <utility>
 
-
 namespace loom {
 
 std::shared_ptr<Generation> Generation::Start(ServingContext& context, GenerationRequest request,
@@ -133,6 +132,11 @@ Generation::Batch Generation::Convert(StreamBatch batch) {
   if (done_) {
     out.done = true;
     return out;
+  }
+  // The prompt's scores first: they must be complete before any choice's first event is used.
+  for (const ChoiceOutput& o : batch.outputs) {
+    prompt_logprobs_.insert(prompt_logprobs_.end(), o.prompt_logprobs.begin(),
+                            o.prompt_logprobs.end());
   }
   for (const ChoiceOutput& o : batch.outputs) Absorb(o, &out.events);
   const bool all_finished = std::all_of(choices_.begin(), choices_.end(),

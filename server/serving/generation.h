@@ -3,7 +3,8 @@
 //
 // A Generation submits a scheduler request to the engine loop and turns what comes back into
 // per-choice events: new token ids, the text they completed (incremental detokenization, UTF-8
-// safe), log-probabilities, and the finish — length, stop token, a stop string (the text stops
+// safe), log-probabilities (and, when asked, the prompt's, kept for the whole request), and the
+// finish — length, stop token, a stop string (the text stops
 // before it; the engine request is aborted once every choice is done), abort or deadline. When
 // it ends, whatever the reason, its timings go to the metrics.
 //
@@ -29,6 +30,8 @@ namespace loom {
 
 struct GenerationRequest {
   std::vector<int32_t> prompt_ids;
+  // 0: the prompt is only computed (for its log-probabilities, sampling.prompt_logprobs >= 0);
+  // every choice finishes with "length" and no tokens.
   int32_t max_tokens = 16;
   int32_t n = 1;
   SamplingParams sampling;  // the seed is chosen when the client gave none
@@ -75,7 +78,12 @@ class Generation {
   void Cancel();
 
   RequestId id() const { return id_; }
+  const std::vector<int32_t>& prompt_ids() const { return request_.prompt_ids; }
   int32_t prompt_tokens() const { return static_cast<int32_t>(request_.prompt_ids.size()); }
+  // With sampling.prompt_logprobs >= 0: the scores of prompt tokens 1.. received so far (entry i
+  // scores prompt token i + 1). All of them have arrived by the Poll that returns any choice's
+  // first event.
+  const std::vector<PositionLogprobs>& prompt_logprobs() const { return prompt_logprobs_; }
   int32_t cached_tokens() const { return cached_tokens_; }
 
  private:
@@ -98,6 +106,7 @@ class Generation {
   const int64_t arrival_ms_;
   std::shared_ptr<RequestStream> stream_;
   std::vector<Choice> choices_;
+  std::vector<PositionLogprobs> prompt_logprobs_;
   int32_t cached_tokens_ = 0;
   int64_t first_scheduled_ms_ = -1;
   int64_t first_token_ms_ = -1;

@@ -178,6 +178,171 @@ class OpenAIClientTest(unittest.TestCase):
         self.assertEqual(text, full.choices[0].message.content)
         self.assertIsNotNone(chunks[-1].choices[0].finish_reason)
 
+    def assertEchoLogprobs(self, logprobs, num_prompt, num_generated):
+        """The prompt's tokens then the generated ones; the first has no score; offsets count
+        characters (code points) and include the echoed prompt."""
+        lp = logprobs
+        self.assertEqual(len(lp.tokens), num_prompt + num_generated)
+        self.assertEqual(len(lp.token_logprobs), len(lp.tokens))
+        self.assertEqual(len(lp.top_logprobs), len(lp.tokens))
+        self.assertIsNone(lp.token_logprobs[0])
+        self.assertIsNone(lp.top_logprobs[0])
+        for score, top in zip(lp.token_logprobs[1:], lp.top_logprobs[1:]):
+            self.assertIsInstance(score, float)
+            self.assertLessEqual(score, 0.0)
+            self.assertTrue(top)
+        offset = 0
+        for token, at in zip(lp.tokens, lp.text_offset):
+            self.assertEqual(at, offset)
+            offset += len(token)
+
+    def test_echo_with_logprobs_scores_the_prompt(self):
+        c = self.server.client
+        prompt = "Caf\u00e9 na\u00efve \u65e5\u672c \u2713 ok"  # multi-byte characters
+        plain = c.completions.create(model=self.model, prompt=prompt, max_tokens=4,
+                                     temperature=0, logprobs=2)
+        echo = c.completions.create(model=self.model, prompt=prompt, max_tokens=4,
+                                    temperature=0, logprobs=2, echo=True)
+        ch = echo.choices[0]
+        self.assertEqual(ch.text, prompt + plain.choices[0].text)
+        num_prompt = echo.usage.prompt_tokens
+        self.assertEqual(echo.usage.completion_tokens, plain.usage.completion_tokens)
+        self.assertEchoLogprobs(ch.logprobs, num_prompt, echo.usage.completion_tokens)
+        self.assertEqual(ch.logprobs.tokens[num_prompt:], plain.choices[0].logprobs.tokens)
+        for a, b in zip(ch.logprobs.token_logprobs[num_prompt:],
+                        plain.choices[0].logprobs.token_logprobs):
+            self.assertAlmostEqual(a, b, places=4)
+        # Position i scores prompt token i after tokens < i: its top tokens are those a request
+        # ending before token i sees for its first generated token, and the prompt token's score
+        # is theirs when it is among them. (Byte tokens of a split character all read U+FFFD,
+        # and collide as keys: they are left out.)
+        ids = json.loads(self.server.raw("POST", "/tokenize",
+                                         json.dumps({"prompt": prompt}))[2])["tokens"]
+        self.assertEqual(len(ids), num_prompt)
+        matched = 0
+        for i in range(1, num_prompt):
+            step = c.completions.create(model=self.model, prompt=ids[:i], max_tokens=1,
+                                        temperature=0, logprobs=2)
+            top = {k: v for k, v in step.choices[0].logprobs.top_logprobs[0].items()
+                   if "\ufffd" not in k}
+            echoed = ch.logprobs.top_logprobs[i]
+            for k, v in top.items():
+                self.assertAlmostEqual(echoed[k], v, places=3)
+            token = ch.logprobs.tokens[i]
+            if token in top:
+                self.assertAlmostEqual(ch.logprobs.token_logprobs[i], top[token], places=3)
+                matched += 1
+        self.assertGreater(matched, 0)
+        self.assertServing()
+
+    def test_echo_with_max_tokens_zero_generates_nothing(self):
+        c = self.server.client
+        prompt = "Scores only \u00e9t\u00e9"
+        full = c.completions.create(model=self.model, prompt=prompt, max_tokens=0, echo=True,
+                                    logprobs=1)
+        ch = full.choices[0]
+        self.assertEqual(ch.text, prompt)
+        self.assertEqual(ch.finish_reason, "length")
+        self.assertEqual(full.usage.completion_tokens, 0)
+        self.assertEchoLogprobs(ch.logprobs, full.usage.prompt_tokens, 0)
+        # Without logprobs: the prompt alone, no logprobs.
+        bare = c.completions.create(model=self.model, prompt=prompt, max_tokens=0, echo=True)
+        self.assertEqual(bare.choices[0].text, prompt)
+        self.assertIsNone(bare.choices[0].logprobs)
+        self.assertEqual(bare.usage.completion_tokens, 0)
+        # Streamed: one chunk carries the prompt and all its scores, then the finish.
+        chunks = [ch for chunk in c.completions.create(model=self.model, prompt=prompt,
+                                                        max_tokens=0, echo=True, logprobs=1,
+                                                        stream=True)
+                  for ch in chunk.choices]
+        self.assertEqual(chunks[0].text, prompt)
+        self.assertEqual(chunks[0].logprobs.tokens, ch.logprobs.tokens)
+        self.assertEqual(chunks[0].logprobs.token_logprobs, ch.logprobs.token_logprobs)
+        self.assertEqual(chunks[0].logprobs.text_offset, ch.logprobs.text_offset)
+        self.assertEqual(chunks[-1].finish_reason, "length")
+        # Without echo, max_tokens 0 is still refused.
+        code, _, payload = self.server.raw("POST", "/v1/completions", json.dumps(
+            {"prompt": prompt, "max_tokens": 0}))
+        self.assertEqual(code, 400)
+        self.assertEqual(json.loads(payload)["error"]["param"], "max_tokens")
+        self.assertServing()
+
+    def test_echo_stream_matches_non_stream(self):
+        c = self.server.client
+        kw = dict(model=self.model, prompt="Stream \u00e9cho \u2713", max_tokens=6,
+                  temperature=0, logprobs=1, echo=True)
+        full = c.completions.create(**kw).choices[0]
+        text, tokens, scores, offsets, first = "", [], [], [], None
+        for chunk in c.completions.create(stream=True, **kw):
+            for ch in chunk.choices:
+                first = first or ch
+                text += ch.text
+                if ch.logprobs:
+                    tokens += ch.logprobs.tokens
+                    scores += ch.logprobs.token_logprobs
+                    offsets += ch.logprobs.text_offset
+        self.assertTrue(first.text.startswith("Stream \u00e9cho \u2713"))
+        self.assertIsNone(first.logprobs.token_logprobs[0])
+        self.assertEqual(text, full.text)
+        self.assertEqual(tokens, full.logprobs.tokens)
+        self.assertEqual(offsets, full.logprobs.text_offset)
+        self.assertEqual(len(scores), len(full.logprobs.token_logprobs))
+        for a, b in zip(scores[1:], full.logprobs.token_logprobs[1:]):
+            self.assertAlmostEqual(a, b, places=4)
+
+    def test_echo_with_n_and_batched_prompts(self):
+        c = self.server.client
+        prompts = ["One prompt", "A longer second prompt"]
+        out = c.completions.create(model=self.model, prompt=prompts, max_tokens=3,
+                                   temperature=1.0, seed=3, n=2, logprobs=1, echo=True)
+        self.assertEqual(sorted(ch.index for ch in out.choices), [0, 1, 2, 3])
+        alone = [c.completions.create(model=self.model, prompt=p, max_tokens=0, logprobs=1,
+                                      echo=True).choices[0].logprobs for p in prompts]
+        for ch in out.choices:
+            prompt, ref = prompts[ch.index // 2], alone[ch.index // 2]
+            self.assertTrue(ch.text.startswith(prompt))
+            n = len(ref.tokens)
+            self.assertEqual(ch.logprobs.tokens[:n], ref.tokens)
+            self.assertEqual(ch.logprobs.text_offset[:n], ref.text_offset)
+            self.assertIsNone(ch.logprobs.token_logprobs[0])
+            for a, b in zip(ch.logprobs.token_logprobs[1:n], ref.token_logprobs[1:]):
+                self.assertAlmostEqual(a, b, places=3)  # batched: another reduction order
+            self.assertEchoLogprobs(ch.logprobs, n, len(ch.logprobs.tokens) - n)
+        # Token-id prompts (what lm-eval sends): echo text is their decoding.
+        ids = json.loads(self.server.raw("POST", "/tokenize",
+                                         json.dumps({"prompt": prompts[1]}))[2])["tokens"]
+        by_ids = c.completions.create(model=self.model, prompt=[ids, ids[:3]], max_tokens=0,
+                                      logprobs=1, echo=True)
+        self.assertEqual(by_ids.choices[0].logprobs.tokens, alone[1].tokens)
+        self.assertEqual(len(by_ids.choices[1].logprobs.tokens), 3)
+        self.assertEqual(by_ids.usage.completion_tokens, 0)
+
+    def test_chat_echo_repeats_the_assistant_message(self):
+        c = self.server.client
+        messages = [{"role": "user", "content": "Tell a story."},
+                    {"role": "assistant", "content": "Once upon a time"}]
+        extra = {"echo": True, "continue_final_message": True, "add_generation_prompt": False}
+        out = c.chat.completions.create(model=self.model, messages=messages, max_tokens=4,
+                                        temperature=0, extra_body=extra, logprobs=True)
+        plain = c.chat.completions.create(
+            model=self.model, messages=messages, max_tokens=4, temperature=0, logprobs=True,
+            extra_body={"continue_final_message": True, "add_generation_prompt": False})
+        content = plain.choices[0].message.content
+        self.assertEqual(out.choices[0].message.content, "Once upon a time" + content)
+        # The prompt is not scored in chat: the logprobs are the generated tokens' only.
+        self.assertEqual(len(out.choices[0].logprobs.content), out.usage.completion_tokens)
+        chunks = list(c.chat.completions.create(model=self.model, messages=messages, max_tokens=4,
+                                                temperature=0, extra_body=extra, stream=True))
+        text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+        self.assertEqual(text, "Once upon a time" + content)
+        # The last message is the user's: nothing to echo.
+        user_last = c.chat.completions.create(model=self.model, messages=messages[:1],
+                                              max_tokens=4, temperature=0,
+                                              extra_body={"echo": True})
+        bare = c.chat.completions.create(model=self.model, messages=messages[:1], max_tokens=4,
+                                         temperature=0)
+        self.assertEqual(user_last.choices[0].message.content, bare.choices[0].message.content)
+
     def test_seeded_sampling_with_n_is_reproducible(self):
         c = self.server.client
         kw = dict(model=self.model, prompt="Once upon", max_tokens=8, temperature=1.0, n=3, seed=7)

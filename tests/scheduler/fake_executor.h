@@ -13,6 +13,7 @@
 #include <thread>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -42,6 +43,24 @@ inline std::vector<TokenId> ExpectedTokens(uint64_t seed, std::vector<TokenId> t
   return out;
 }
 
+// The log-probability the fake model reports for prompt token `token` after `prefix`.
+inline float PromptLogprob(const std::vector<TokenId>& prefix, TokenId token) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (TokenId t : prefix) h = (h ^ static_cast<uint64_t>(t.value())) * 0x100000001B3ull;
+  h = (h ^ static_cast<uint64_t>(token.value())) * 0x100000001B3ull;
+  return -static_cast<float>((h >> 20) % 1000) / 100.0f;
+}
+
+// What a request's prompt log-probabilities are: prompt tokens 1.. with their scores.
+inline std::vector<std::pair<TokenId, float>> ExpectedPromptLogprobs(
+    const std::vector<TokenId>& prompt) {
+  std::vector<std::pair<TokenId, float>> out;
+  for (size_t p = 1; p < prompt.size(); ++p) {
+    out.emplace_back(prompt[p], PromptLogprob({prompt.begin(), prompt.begin() + p}, prompt[p]));
+  }
+  return out;
+}
+
 class FakeExecutor : public Executor {
  public:
   FakeExecutor(ModelInfo info, KvCapacity capacity)
@@ -63,6 +82,8 @@ class FakeExecutor : public Executor {
       s.blocks = p.block_table;
       s.computed = p.num_computed_tokens;
       s.seed = p.sampling.seed;
+      s.num_prompt = p.num_prompt_tokens;
+      s.prompt_logprobs = p.sampling.prompt_logprobs;
       // A prefix-cache hit must already hold exactly these tokens.
       for (int32_t pos = 0; pos < s.computed; ++pos) {
         if (Slot(s, pos) != s.tokens[pos]) {
@@ -108,6 +129,8 @@ class FakeExecutor : public Executor {
     std::vector<BlockId> blocks;
     int32_t computed = 0;
     uint64_t seed = 0;
+    int32_t num_prompt = 0;
+    int32_t prompt_logprobs = -1;
   };
 
   static absl::Status Fail(std::string message) {
@@ -128,9 +151,22 @@ class FakeExecutor : public Executor {
       return Fail(StrCat("sequence ", id, " has too few blocks for ", end, " tokens"));
     }
     for (int32_t pos = s.computed; pos < end; ++pos) Slot(s, pos) = s.tokens[pos];
-    s.computed = end;
     SequenceOutput out;
     out.seq_id = id;
+    if (s.prompt_logprobs >= 0) {
+      // As the engine: each computed prompt position scores the next prompt token, reading the
+      // prefix back through the block table.
+      out.prompt_logprobs_start = s.computed;
+      std::vector<TokenId> prefix;
+      for (int32_t pos = 0; pos < std::min(end, s.num_prompt - 1); ++pos) {
+        prefix.push_back(Slot(s, pos));
+        if (pos < s.computed) continue;
+        PositionLogprobs lp;
+        lp.token = {s.tokens[pos + 1], PromptLogprob(prefix, s.tokens[pos + 1])};
+        out.prompt_logprobs.push_back(lp);
+      }
+    }
+    s.computed = end;
     if (end == static_cast<int32_t>(s.tokens.size())) {
       std::vector<TokenId> prefix;
       for (int32_t pos = 0; pos < end; ++pos) prefix.push_back(Slot(s, pos));

@@ -57,6 +57,9 @@ struct Driver {
   std::map<std::pair<uint64_t, int32_t>, std::vector<TokenId>> tokens;
   std::map<std::pair<uint64_t, int32_t>, FinishReason> finish;
   std::map<std::pair<uint64_t, int32_t>, int32_t> cached;
+  std::map<std::pair<uint64_t, int32_t>, std::vector<std::pair<TokenId, float>>> prompt_logprobs;
+  // Per request: how many prompt log-probabilities had been reported when its first token came.
+  std::map<uint64_t, size_t> prompt_logprobs_at_first_token;
   int64_t now_ms = 0;
 
   void Step() {
@@ -70,8 +73,19 @@ struct Driver {
     now_ms += 10;
   }
   void Collect() {
-    for (ChoiceOutput& out : scheduler.TakeOutputs()) {
+    std::vector<ChoiceOutput> outs = scheduler.TakeOutputs();
+    // As the server does: prompt log-probabilities of the whole batch first, then tokens.
+    for (const ChoiceOutput& out : outs) {
+      auto& lps = prompt_logprobs[std::make_pair(out.request_id.value(), out.index)];
+      for (const PositionLogprobs& p : out.prompt_logprobs) {
+        lps.emplace_back(p.token.token_id, p.token.logprob);
+      }
+    }
+    for (ChoiceOutput& out : outs) {
       const auto key = std::make_pair(out.request_id.value(), out.index);
+      if (!out.new_tokens.empty() && !prompt_logprobs_at_first_token.contains(key.first)) {
+        prompt_logprobs_at_first_token[key.first] = prompt_logprobs[Key(key.first, 0)].size();
+      }
       auto& t = tokens[key];
       t.insert(t.end(), out.new_tokens.begin(), out.new_tokens.end());
       cached[key] = std::max(cached[key], out.num_cached_tokens);
@@ -330,6 +344,103 @@ TEST(SchedulerTest, ChoicesRunWhenTheFirstEndsBeforeItsPrompt) {
   EXPECT_EQ(d.tokens[Key(1, 1)], ExpectedTokens(r.sampling.seed + 1, r.prompt, 4, {}, kVocab));
 }
 
+// Choice 0 scores the whole prompt (no prefix-cache hit, through chunking) and reports every
+// position once, before any choice's first token; the other choices still share the cache.
+TEST(SchedulerTest, PromptLogprobsCoverThePromptOnceBeforeAnyToken) {
+  SchedulerConfig config;
+  config.max_prefill_chunk = 3;
+  FakeExecutor executor(Model(), Capacity(64));
+  Scheduler scheduler(config, Model(), executor.capacity());
+  std::mt19937 rng(14);
+  const std::vector<TokenId> prompt = Prompt(rng, 10);
+  ASSERT_TRUE(scheduler.Add(Request(1, prompt, 2)).ok());  // puts the prompt in the cache
+  Driver d{scheduler, executor};
+  d.RunToEnd();
+  SchedRequest r = Request(2, prompt, 3);
+  r.n = 3;
+  r.sampling.prompt_logprobs = 1;
+  ASSERT_TRUE(scheduler.Add(r).ok());
+  d.RunToEnd();
+  EXPECT_EQ(d.prompt_logprobs[Key(2, 0)], testing::ExpectedPromptLogprobs(prompt));
+  EXPECT_EQ(d.prompt_logprobs_at_first_token[2], prompt.size() - 1);
+  EXPECT_EQ(d.cached[Key(2, 0)], 0);
+  for (int32_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(d.tokens[Key(2, i)], ExpectedTokens(r.sampling.seed + i, prompt, 3, {}, kVocab));
+    if (i > 0) {
+      EXPECT_TRUE(d.prompt_logprobs[Key(2, i)].empty());
+      EXPECT_EQ(d.cached[Key(2, i)], 8);
+    }
+  }
+  EXPECT_TRUE(d.prompt_logprobs[Key(1, 0)].empty());  // not asked for
+}
+
+// Without prefix caching the other choices still wait for choice 0's prompt scores.
+TEST(SchedulerTest, PromptLogprobsComeFirstWithoutPrefixCaching) {
+  SchedulerConfig config;
+  config.enable_prefix_caching = false;
+  config.max_prefill_chunk = 4;
+  FakeExecutor executor(Model(), Capacity(64));
+  Scheduler scheduler(config, Model(), executor.capacity());
+  std::mt19937 rng(15);
+  SchedRequest r = Request(1, Prompt(rng, 13), 2);
+  r.n = 2;
+  r.sampling.prompt_logprobs = 0;
+  ASSERT_TRUE(scheduler.Add(r).ok());
+  Driver d{scheduler, executor};
+  d.Step();
+  EXPECT_EQ(executor.num_sequences(), 1u);  // choice 1 waits for choice 0's prompt
+  d.RunToEnd();
+  EXPECT_EQ(d.prompt_logprobs[Key(1, 0)], testing::ExpectedPromptLogprobs(r.prompt));
+  EXPECT_EQ(d.prompt_logprobs_at_first_token[1], r.prompt.size() - 1);
+  EXPECT_EQ(d.tokens[Key(1, 1)], ExpectedTokens(r.sampling.seed + 1, r.prompt, 2, {}, kVocab));
+}
+
+// A sequence preempted half-way through its prompt recomputes it; no position is reported twice.
+TEST(SchedulerTest, PromptLogprobsSurvivePreemptionMidPrompt) {
+  SchedulerConfig config;
+  config.max_prefill_chunk = 4;
+  FakeExecutor executor(Model(), Capacity(16, 4, 64, 1));
+  Scheduler scheduler(config, Model(), executor.capacity());
+  std::mt19937 rng(16);
+  SchedRequest low = Request(1, Prompt(rng, 12), 3);
+  low.priority = 5;
+  low.sampling.prompt_logprobs = 0;
+  ASSERT_TRUE(scheduler.Add(low).ok());
+  Driver d{scheduler, executor};
+  d.Step();  // positions 0..3 scored
+  ASSERT_EQ(d.prompt_logprobs[Key(1, 0)].size(), 4u);
+  ASSERT_TRUE(scheduler.Add(Request(2, Prompt(rng, 4), 2)).ok());  // more important
+  d.RunToEnd();
+  EXPECT_GE(scheduler.Stats().num_preemptions, 1);
+  EXPECT_EQ(d.prompt_logprobs[Key(1, 0)], testing::ExpectedPromptLogprobs(low.prompt));
+  EXPECT_EQ(d.tokens[Key(1, 0)], ExpectedTokens(low.sampling.seed, low.prompt, 3, {}, kVocab));
+}
+
+// max_new_tokens 0: the prompt is computed and scored, nothing is generated, every choice ends
+// with kLength.
+TEST(SchedulerTest, MaxNewTokensZeroOnlyScoresThePrompt) {
+  FakeExecutor executor(Model(), Capacity(64));
+  Scheduler scheduler(SchedulerConfig{}, Model(), executor.capacity());
+  std::mt19937 rng(17);
+  SchedRequest r = Request(1, Prompt(rng, 9), 0);
+  r.n = 2;
+  r.sampling.prompt_logprobs = 2;
+  ASSERT_TRUE(scheduler.Add(r).ok());
+  SchedRequest plain = Request(2, Prompt(rng, 1), 0);  // one token: nothing to score
+  plain.sampling.prompt_logprobs = 0;
+  ASSERT_TRUE(scheduler.Add(plain).ok());
+  Driver d{scheduler, executor};
+  d.RunToEnd(50);
+  EXPECT_EQ(d.prompt_logprobs[Key(1, 0)], testing::ExpectedPromptLogprobs(r.prompt));
+  for (const auto& key : {Key(1, 0), Key(1, 1), Key(2, 0)}) {
+    EXPECT_EQ(d.finish[key], FinishReason::kLength);
+    EXPECT_TRUE(d.tokens[key].empty());
+  }
+  EXPECT_TRUE(d.prompt_logprobs[Key(2, 0)].empty());
+  EXPECT_EQ(scheduler.block_pool().num_free(), 64);
+  EXPECT_EQ(executor.num_sequences(), 0u);
+}
+
 TEST(SchedulerTest, AdmissionControlAndValidation) {
   SchedulerConfig config;
   config.max_waiting_requests = 2;
@@ -346,7 +457,7 @@ TEST(SchedulerTest, AdmissionControlAndValidation) {
   EXPECT_EQ(scheduler.Add(Request(4, Prompt(rng, 10), 4)).code(),
             absl::StatusCode::kResourceExhausted);  // requests
   EXPECT_EQ(scheduler.Add(Request(5, {}, 4)).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(scheduler.Add(Request(6, Prompt(rng, 10), 0)).code(),
+  EXPECT_EQ(scheduler.Add(Request(6, Prompt(rng, 10), -1)).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(scheduler.Add(Request(7, Prompt(rng, 500), 20)).code(),
             absl::StatusCode::kInvalidArgument);  // past the context

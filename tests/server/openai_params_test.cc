@@ -197,5 +197,23 @@ TEST(OpenAiParamsTest, ChatMessagesAndLogprobs) {
       "add_generation_prompt":true})"), "continue_final_message", "exclude");
 }
 
+// max_tokens 0 asks for the prompt alone (its echo and scores), so it needs echo; chat reads
+// echo too (the last assistant message is echoed).
+TEST(OpenAiParamsTest, MaxTokensZeroNeedsEchoAndChatReadsEcho) {
+  absl::StatusOr<CompletionParams> scored =
+      Completion(R"({"prompt":"x","max_tokens":0,"echo":true,"logprobs":0})");
+  ASSERT_TRUE(scored.ok()) << scored.status();
+  EXPECT_EQ(scored->max_tokens, 0);
+  EXPECT_TRUE(scored->echo);
+  ExpectError(Completion(R"({"prompt":"x","max_tokens":0,"echo":false})"), "max_tokens",
+              "at least 1");
+  absl::StatusOr<CompletionParams> chat =
+      Chat(R"({"messages":[{"role":"assistant","content":"a"}],"echo":true})");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_TRUE(chat->echo);
+  ExpectError(Chat(R"({"messages":[{"role":"user","content":"a"}],"echo":1})"), "echo",
+              "boolean");
+}
+
 }  // namespace
 }  // namespace loom::api
