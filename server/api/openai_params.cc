@@ -370,4 +370,45 @@ absl::StatusOr<CompletionParams> ParseCompletionRequest(std::string_view raw, En
   return p;
 }
 
+absl::StatusOr<TokenizeParams> ParseTokenizeRequest(std::string_view raw) {
+  absl::StatusOr<Json> parsed = Json::Parse(raw, "request body");
+  if (!parsed.ok() || !parsed->IsObject()) return ParamError("", "the body must be a JSON object");
+  const Json& body = *parsed;
+  TokenizeParams t;
+  if (body.Has("messages")) {
+    t.is_chat = true;
+    t.chat.kind = EndpointKind::kChat;
+    LOOM_RETURN_IF_ERROR(ParseMessages(body, raw, &t.chat));
+    return t;
+  }
+  std::optional<Json> prompt = body.Find("prompt");
+  if (!prompt.has_value() || !prompt->IsString()) {
+    return ParamError("prompt", "'prompt' must be a string");
+  }
+  t.prompt = *prompt->AsString();
+  LOOM_RETURN_IF_ERROR(OptBool(body, "add_special_tokens", &t.add_special_tokens));
+  return t;
+}
+
+absl::StatusOr<std::vector<int32_t>> ParseDetokenizeRequest(std::string_view raw,
+                                                            int32_t vocab_size) {
+  absl::StatusOr<Json> parsed = Json::Parse(raw, "request body");
+  if (!parsed.ok() || !parsed->IsObject()) return ParamError("", "the body must be a JSON object");
+  std::optional<Json> tokens = parsed->Find("tokens");
+  if (!tokens.has_value() || !tokens->IsArray()) {
+    return ParamError("tokens", "'tokens' must be an array of token ids");
+  }
+  std::vector<int32_t> ids;
+  ids.reserve(tokens->size());
+  for (size_t i = 0; i < tokens->size(); ++i) {
+    const Json item = (*tokens)[i];
+    absl::StatusOr<int64_t> id = item.IsBool() ? absl::StatusOr<int64_t>(-1) : item.AsInt();
+    if (!id.ok() || *id < 0 || *id >= vocab_size) {
+      return ParamError("tokens", StrCat("token ids must be integers in [0, ", vocab_size, ")"));
+    }
+    ids.push_back(static_cast<int32_t>(*id));
+  }
+  return ids;
+}
+
 }  // namespace loom::api

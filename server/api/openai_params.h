@@ -94,4 +94,18 @@ struct ParseLimits {
 absl::StatusOr<CompletionParams> ParseCompletionRequest(std::string_view body, EndpointKind kind,
                                                         const ParseLimits& limits, bool strict);
 
+// POST /tokenize: {"prompt": "...", "add_special_tokens": bool} or a chat's {"messages": [...],
+// "add_generation_prompt": bool, ...}, whose messages are checked as for chat completions.
+struct TokenizeParams {
+  bool is_chat = false;
+  std::string prompt;               // !is_chat
+  bool add_special_tokens = true;   // !is_chat
+  CompletionParams chat;            // is_chat: kind kChat with the messages and template options
+};
+absl::StatusOr<TokenizeParams> ParseTokenizeRequest(std::string_view body);
+
+// POST /detokenize: {"tokens": [ids]}, each id in [0, vocab_size).
+absl::StatusOr<std::vector<int32_t>> ParseDetokenizeRequest(std::string_view body,
+                                                            int32_t vocab_size);
+
 }  // namespace loom::api

@@ -4,7 +4,6 @@
 #include <optional>
 #include <utility>
 
-#include "engine/common/json.h"
 #include "engine/common/json_writer.h"
 #include "engine/common/strings.h"
 #include "server/api/api_status.h"
@@ -70,25 +69,15 @@ void RetrieveModel(const ServingContext& c, std::string_view encoded_id, http::R
 // POST /tokenize: {"prompt": "..."} or {"messages": [...]} (+ add_special_tokens).
 void Tokenize(const ServingContext& c, const http::Request& req, http::Responder& r) {
   if (c.tokenizer == nullptr) return SendStatus(r, ParamError("", "this model has no tokenizer"));
-  absl::StatusOr<Json> body = Json::Parse(req.body, "request body");
-  if (!body.ok() || !body->IsObject()) return SendStatus(r, ParamError("", "the body must be a JSON object"));
+  absl::StatusOr<TokenizeParams> t = ParseTokenizeRequest(req.body);
+  if (!t.ok()) return SendStatus(r, t.status());
   std::vector<int32_t> ids;
-  if (body->Has("messages")) {
-    CompletionParams p;
-    p.kind = EndpointKind::kChat;
-    p.messages_json = req.body;
-    absl::StatusOr<bool> agp = body->GetBool("add_generation_prompt", true);
-    if (!agp.ok()) return SendStatus(r, ParamError("add_generation_prompt", "must be a boolean"));
-    p.add_generation_prompt = *agp;
-    absl::StatusOr<std::vector<int32_t>> rendered = RenderChatPrompt(c, p);
+  if (t->is_chat) {
+    absl::StatusOr<std::vector<int32_t>> rendered = RenderChatPrompt(c, t->chat);
     if (!rendered.ok()) return SendStatus(r, rendered.status());
     ids = std::move(*rendered);
   } else {
-    absl::StatusOr<std::string> prompt = body->GetString("prompt");
-    if (!prompt.ok()) return SendStatus(r, ParamError("prompt", "'prompt' must be a string"));
-    absl::StatusOr<bool> special = body->GetBool("add_special_tokens", true);
-    if (!special.ok()) return SendStatus(r, ParamError("add_special_tokens", "must be a boolean"));
-    ids = c.tokenizer->Encode(*prompt, *special);
+    ids = c.tokenizer->Encode(t->prompt, t->add_special_tokens);
   }
   JsonWriter w;
   w.BeginObject();
@@ -107,25 +96,12 @@ void Tokenize(const ServingContext& c, const http::Request& req, http::Responder
 // POST /detokenize: {"tokens": [ids]}.
 void Detokenize(const ServingContext& c, const http::Request& req, http::Responder& r) {
   if (c.tokenizer == nullptr) return SendStatus(r, ParamError("", "this model has no tokenizer"));
-  absl::StatusOr<Json> body = Json::Parse(req.body, "request body");
-  if (!body.ok() || !body->IsObject()) return SendStatus(r, ParamError("", "the body must be a JSON object"));
-  std::optional<Json> tokens = body->Find("tokens");
-  if (!tokens.has_value() || !tokens->IsArray()) {
-    return SendStatus(r, ParamError("tokens", "'tokens' must be an array of token ids"));
-  }
-  std::vector<int32_t> ids;
-  for (size_t i = 0; i < tokens->size(); ++i) {
-    absl::StatusOr<int64_t> id = (*tokens)[i].AsInt();
-    if (!id.ok() || *id < 0 || *id >= c.model.vocab_size) {
-      return SendStatus(r, ParamError("tokens", StrCat("token ids must be integers in [0, ",
-                                                       c.model.vocab_size, ")")));
-    }
-    ids.push_back(static_cast<int32_t>(*id));
-  }
+  absl::StatusOr<std::vector<int32_t>> ids = ParseDetokenizeRequest(req.body, c.model.vocab_size);
+  if (!ids.ok()) return SendStatus(r, ids.status());
   JsonWriter w;
   w.BeginObject();
   w.Key("prompt");
-  w.String(c.tokenizer->Decode(ids, false));
+  w.String(c.tokenizer->Decode(*ids, false));
   w.EndObject();
   r.Send(Json200(std::move(w).Take()));
 }

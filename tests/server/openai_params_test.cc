@@ -28,6 +28,13 @@ void ExpectError(const absl::StatusOr<CompletionParams>& r, std::string_view par
   EXPECT_NE(std::string(r.status().message()).find(words), std::string::npos) << r.status();
 }
 
+template <typename T>
+void ExpectTokenizeError(const absl::StatusOr<T>& r, std::string_view param) {
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(HttpStatusFor(r.status().code()), 400) << r.status();
+  EXPECT_EQ(ParamOf(r.status()), param) << r.status();
+}
+
 TEST(OpenAiParamsTest, CompletionWithEverything) {
   auto r = Completion(R"({"model":"m","prompt":"hi","max_tokens":5,"temperature":0.5,
       "top_p":0.9,"top_k":40,"min_p":0.1,"n":2,"stream":true,"stream_options":{"include_usage":true},
@@ -122,6 +129,39 @@ TEST(OpenAiParamsTest, SharedRulesApply) {
   EXPECT_EQ(ok->request_id, "abc-1");
   EXPECT_FALSE(ok->max_tokens.has_value());
   EXPECT_FALSE(ok->logprobs.has_value());
+}
+
+TEST(OpenAiParamsTest, TokenizeBodies) {
+  auto text = ParseTokenizeRequest(R"({"prompt":"hi","add_special_tokens":false})");
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_FALSE(text->is_chat);
+  EXPECT_EQ(text->prompt, "hi");
+  EXPECT_FALSE(text->add_special_tokens);
+  auto chat = ParseTokenizeRequest(
+      R"({"messages":[{"role":"user","content":"x"}],"add_generation_prompt":false})");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_TRUE(chat->is_chat);
+  EXPECT_EQ(chat->chat.kind, EndpointKind::kChat);
+  EXPECT_FALSE(chat->chat.add_generation_prompt);
+  ExpectTokenizeError(ParseTokenizeRequest(R"({"prompt":1})"), "prompt");
+  ExpectTokenizeError(ParseTokenizeRequest(R"({"messages":"hi"})"), "messages");
+  ExpectTokenizeError(ParseTokenizeRequest(R"({"messages":[{"content":"x"}]})"), "messages[0]");
+  ExpectTokenizeError(ParseTokenizeRequest(R"({"prompt":"x","add_special_tokens":"no"})"),
+                      "add_special_tokens");
+  ExpectTokenizeError(ParseTokenizeRequest("[1]"), "");
+}
+
+TEST(OpenAiParamsTest, DetokenizeBodies) {
+  auto ids = ParseDetokenizeRequest(R"({"tokens":[0,5,999]})", 1000);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(*ids, (std::vector<int32_t>{0, 5, 999}));
+  for (std::string_view bad : {R"({"tokens":[1000]})", R"({"tokens":[-1]})", R"({"tokens":[true]})",
+                               R"({"tokens":[9223372036854775808]})", R"({"tokens":[1.5]})",
+                               R"({"tokens":"1"})", R"({})", "{"}) {
+    auto r = ParseDetokenizeRequest(bad, 1000);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(HttpStatusFor(r.status().code()), 400) << bad;
+  }
 }
 
 TEST(OpenAiParamsTest, MalformedBodies) {
