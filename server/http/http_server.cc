@@ -256,9 +256,23 @@ class Session : public std::enable_shared_from_this<Session> {
     buffer_.commit(n);
     if (closed_) return;
     if (response_done_) return AfterResponse();  // this read was cancelled, or raced the end
-    // EOF or an error while the response is pending: the client is gone.
-    if (ec) return Shutdown();
+    if (ec) {
+      // EOF with a response already queued or being written: the client may only have shut its
+      // sending side (a half-close) and still read, so that response goes out, then the
+      // connection closes; if the client is really gone, the write fails and ends it. Otherwise
+      // EOF or an error while the response is pending means the client is gone.
+      if (ec == asio::error::eof && HasOutgoing()) {
+        keep_alive_ = false;
+        return;
+      }
+      return Shutdown();
+    }
     ReadAhead();
+  }
+
+  bool HasOutgoing() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return writing_ || !queue_.empty();
   }
 
   // Reading has stopped at the pipelining bound; poll for the peer's shutdown (what a read
