@@ -1,12 +1,6 @@
-// A loom.v1.GenerateRequest on its way to the engine: converted into the parameters both APIs
-// share (api::CompletionParams), checked by the same rules as the HTTP API
-// (api::ValidateParams, with gRPC's field names: `sampling.temperature`, `token_ids`), then
-// tokenized and turned into the engine request by the HTTP API's own code
-// (api::BuildGenerationRequest).
-//
-// proto3 has no "absent" for plain scalars, so the documented zeros mean "the default":
-// max_tokens 0 = 16, n 0 = 1, top_k/min_p/penalties 0 = off. Every other value is the client's,
-// and a negative max_tokens, n or logprobs is an error, as it is over HTTP.
+// A loom.v1.GenerateRequest on its way to the engine: converted and validated
+// (completion_params.h), then tokenized and turned into the engine request by the HTTP API's own
+// code (api::BuildGenerationRequest).
 //
 // Pure functions; any thread.
 #pragma once
@@ -14,14 +8,11 @@
 #include "absl/status/statusor.h"
 #include "loom/v1/generation.pb.h"
 #include "server/api/openai_params.h"
+#include "server/grpc/completion_params.h"
 #include "server/serving/generation.h"
 #include "server/serving/serving_context.h"
 
 namespace loom {
-
-// The shared parameters of `request`, validated against `limits` (vocab_size must be set).
-absl::StatusOr<api::CompletionParams> ToCompletionParams(const loom::v1::GenerateRequest& request,
-                                                         const api::ParseLimits& limits);
 
 // The engine request for `request`: validated, its text prompt tokenized (special tokens added),
 // the context length checked. Errors are ParamErrors naming the gRPC field.
