@@ -10,6 +10,7 @@
 #include "engine/common/logging.h"
 #include "engine/common/strings.h"
 #include "engine/common/utf8.h"
+#include "server/text/regex/split_scanner.h"
 
 namespace loom::text {
 
@@ -19,12 +20,14 @@ namespace regex_internal {
 // in the per-call region, match parameters and the library's per-call stack), so one Program is
 // searched from many threads at once.
 struct Program {
-  explicit Program(OnigRegex compiled) : regex(compiled) {}
+  Program(OnigRegex compiled, SplitScanFn split_scan) : regex(compiled), scan(split_scan) {}
   Program(const Program&) = delete;
   Program& operator=(const Program&) = delete;
   ~Program() { onig_free(regex); }
 
   OnigRegex regex;
+  // The hand-written scanner giving the same matches, when the pattern has one.
+  SplitScanFn scan;
 };
 
 }  // namespace regex_internal
@@ -103,6 +106,14 @@ Regex::Regex(std::shared_ptr<const regex_internal::Program> program)
 Regex::~Regex() = default;
 
 absl::StatusOr<Regex> Regex::Compile(std::string_view pattern) {
+  return Compile(pattern, /*use_split_scanner=*/true);
+}
+
+absl::StatusOr<Regex> Regex::CompileWithoutFastPath(std::string_view pattern) {
+  return Compile(pattern, /*use_split_scanner=*/false);
+}
+
+absl::StatusOr<Regex> Regex::Compile(std::string_view pattern, bool use_split_scanner) {
   // HF reads patterns as Rust strings, which are always well-formed.
   if (!IsValidUtf8(pattern)) {
     return absl::InvalidArgumentError("invalid regular expression: not valid UTF-8");
@@ -119,7 +130,10 @@ absl::StatusOr<Regex> Regex::Compile(std::string_view pattern) {
     return absl::InvalidArgumentError(
         StrCat("invalid regular expression: ", OnigMessage(code, &info)));
   }
-  return Regex(std::make_shared<const regex_internal::Program>(compiled));
+  // Compiled by onig all the same: syntax errors and CompileWithoutFastPath stay Oniguruma's.
+  const regex_internal::SplitScanFn scan =
+      use_split_scanner ? regex_internal::FindSplitScanner(pattern) : nullptr;
+  return Regex(std::make_shared<const regex_internal::Program>(compiled, scan));
 }
 
 // Mirrors the onig crate's FindMatches: an empty match that ends where the previous match ended
@@ -131,6 +145,10 @@ void Regex::FindAll(std::string_view text,
   if (!IsValidUtf8(text)) {
     stand_in = StandInIllFormed(text);
     text = stand_in;
+  }
+  if (program_->scan != nullptr) {
+    program_->scan(text, matches);
+    return;
   }
   const std::unique_ptr<OnigRegion, RegionDeleter> region(onig_region_new());
   const std::unique_ptr<OnigMatchParam, MatchParamDeleter> param(onig_new_match_param());
