@@ -169,6 +169,25 @@ TEST(SplitScannerTest, EveryCodePointAgreesWithOniguruma) {
   }
 }
 
+// A whitespace run long enough to exhaust Oniguruma's retry limit in \s*[\r\n]+ (onig then
+// reports no further matches): the scanner declines such a text and Regex gives onig's spans.
+TEST(SplitScannerTest, LongSpaceRunsAgreeWithOniguruma) {
+  ASSERT_TRUE(Regex::Compile("x").ok());
+  const std::string long_run = "a" + std::string(size_t{12} << 20, ' ') + "b";
+  for (const char* pattern : kPatterns) {
+    Spans spans;
+    EXPECT_FALSE(FindSplitScanner(pattern)(long_run, &spans));
+    EXPECT_TRUE(spans.empty());
+    const Pair pair = Compile(pattern);
+    Agree(pair, long_run, pattern);
+    // A run one byte short of the bound: still scanned, and still onig's spans.
+    const std::string short_run =
+        "x\n" + std::string(kMaxExactSpaceRunBytes - 3, ' ') + "\n" + "y";
+    EXPECT_TRUE(FindSplitScanner(pattern)(short_run, &spans));
+    Agree(pair, short_run, pattern);
+  }
+}
+
 // Ill-formed UTF-8 reads as '~' in both.
 TEST(SplitScannerTest, IllFormedBytesAgreeWithOniguruma) {
   for (const char* pattern : kPatterns) {

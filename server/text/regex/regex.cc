@@ -146,10 +146,7 @@ void Regex::FindAll(std::string_view text,
     stand_in = StandInIllFormed(text);
     text = stand_in;
   }
-  if (program_->scan != nullptr) {
-    program_->scan(text, matches);
-    return;
-  }
+  if (program_->scan != nullptr && program_->scan(text, matches)) return;
   const std::unique_ptr<OnigRegion, RegionDeleter> region(onig_region_new());
   const std::unique_ptr<OnigMatchParam, MatchParamDeleter> param(onig_new_match_param());
   if (region == nullptr || param == nullptr) return;

@@ -134,6 +134,25 @@ class Scan {
   const SplitClasses& classes_;
 };
 
+// Whether `text` has a whitespace run of kMaxExactSpaceRunBytes or more. Only a text that long
+// can have one, so the common case costs one comparison.
+bool HasLongSpaceRun(std::string_view text) {
+  if (text.size() < kMaxExactSpaceRunBytes) return false;
+  const Scan scan(text);
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t len = 0;
+    if (IsSpace(scan.ClassAt(pos, &len))) {
+      const size_t run_end = scan.RunEnd(pos + len, IsSpace);
+      if (run_end - pos >= kMaxExactSpaceRunBytes) return true;
+      pos = run_end;
+    } else {
+      pos += len;
+    }
+  }
+  return false;
+}
+
 // The end of the GPT-2 pattern's match at `pos`, or kNoMatch.
 size_t Gpt2MatchAt(const Scan& scan, size_t pos) {
   size_t end = scan.Contraction(pos, /*ignore_case=*/false);
@@ -187,10 +206,12 @@ size_t LlamaMatchAt(const Scan& scan, size_t pos, int max_digits) {
 
 // Leftmost matches, left to right. No alternative matches empty, so each search resumes where
 // the last match ended; a position where nothing matches (none with these patterns, whose
-// alternatives cover every code point) is stepped over.
+// alternatives cover every code point) is stepped over. False (matches unchanged) when a
+// whitespace run is too long to be sure of Oniguruma's result (split_scanner.h).
 template <typename MatchAt>
-void ScanAll(std::string_view text, std::vector<std::pair<size_t, size_t>>* matches,
+bool ScanAll(std::string_view text, std::vector<std::pair<size_t, size_t>>* matches,
              MatchAt match_at) {
+  if (HasLongSpaceRun(text)) return false;
   const Scan scan(text);
   size_t pos = 0;
   while (pos < text.size()) {
@@ -204,18 +225,19 @@ void ScanAll(std::string_view text, std::vector<std::pair<size_t, size_t>>* matc
     matches->emplace_back(pos, end);
     pos = end;
   }
+  return true;
 }
 
-void ScanGpt2(std::string_view text, std::vector<std::pair<size_t, size_t>>* matches) {
-  ScanAll(text, matches, Gpt2MatchAt);
+bool ScanGpt2(std::string_view text, std::vector<std::pair<size_t, size_t>>* matches) {
+  return ScanAll(text, matches, Gpt2MatchAt);
 }
 
-void ScanLlama3(std::string_view text, std::vector<std::pair<size_t, size_t>>* matches) {
-  ScanAll(text, matches, [](const Scan& scan, size_t pos) { return LlamaMatchAt(scan, pos, 3); });
+bool ScanLlama3(std::string_view text, std::vector<std::pair<size_t, size_t>>* matches) {
+  return ScanAll(text, matches, [](const Scan& scan, size_t pos) { return LlamaMatchAt(scan, pos, 3); });
 }
 
-void ScanQwen2(std::string_view text, std::vector<std::pair<size_t, size_t>>* matches) {
-  ScanAll(text, matches, [](const Scan& scan, size_t pos) { return LlamaMatchAt(scan, pos, 1); });
+bool ScanQwen2(std::string_view text, std::vector<std::pair<size_t, size_t>>* matches) {
+  return ScanAll(text, matches, [](const Scan& scan, size_t pos) { return LlamaMatchAt(scan, pos, 1); });
 }
 
 struct ScannerEntry {

@@ -12,8 +12,11 @@
 // search gives for its pattern (Regex::FindAll's contract), on any well-formed UTF-8: the classes
 // come from Oniguruma itself (split_classes.h), and the alternatives are tried in the pattern's
 // order with the backtracking each one can do worked out by hand (see split_scanner.cc). They
-// run in time linear in the text, with no retry limits to run out. regex_split_scanner_test and
-// the split_scanner fuzzer compare them with Oniguruma.
+// run in time linear in the text. Oniguruma's retry limit (Regex) can run out on the Llama 3 and
+// Qwen2 patterns, whose \s*[\r\n]+ backtracks once per code point of a whitespace run (about 10
+// million of them); a scanner that meets a whitespace run of kMaxExactSpaceRunBytes or more
+// therefore declines, and Regex searches that text with Oniguruma. split_scanner_test and the
+// split_scanner fuzzer compare the scanners with Oniguruma.
 //
 // Stateless; callable from any thread.
 #pragma once
@@ -25,8 +28,14 @@
 
 namespace loom::text::regex_internal {
 
-// Appends the [begin, end) byte spans of every match in `text` (well-formed UTF-8), left to right.
-using SplitScanFn = void (*)(std::string_view text,
+// A whitespace run this long (bytes) makes a scanner decline; Oniguruma's retry limit is safe
+// below it (a run of 2^20 spaces costs onig about one retry per space, the limit is 10^7).
+inline constexpr size_t kMaxExactSpaceRunBytes = size_t{1} << 20;
+
+// Appends the [begin, end) byte spans of every match in `text` (well-formed UTF-8), left to right,
+// and returns true; or returns false, `matches` unchanged, when the text has a whitespace run of
+// kMaxExactSpaceRunBytes or more (the caller then asks Oniguruma).
+using SplitScanFn = bool (*)(std::string_view text,
                              std::vector<std::pair<size_t, size_t>>* matches);
 
 // The scanner for `pattern` when it is, byte for byte, one of the patterns above; nullptr
