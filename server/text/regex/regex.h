@@ -14,8 +14,8 @@
 // unmatched.
 //
 // The split patterns of GPT-2, Llama 3 and Qwen2/2.5/3 (split_scanner.h), matched byte for byte,
-// are searched by hand-written scanners that give Oniguruma's spans about twice as fast; every
-// other pattern is searched by Oniguruma.
+// are searched by hand-written scanners that give Oniguruma's spans 2-4x faster (tokenizer_bench,
+// bench/results/text/README.md); every other pattern is searched by Oniguruma.
 //
 // A compiled Regex is immutable; copies share it. FindAll is const and thread-safe (Oniguruma is
 // initialized once, by the first Compile).
