@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything loom needs to build and test, idempotently:
 #   - Debian packages (compilers, CMake, Ninja, Abseil, nlohmann/json, GoogleTest, Benchmark,
-#     SIMDe for the ISA emulation tests, utf8proc for Unicode, clang for the libFuzzer targets, ...)
+#     SIMDe for the ISA emulation tests, utf8proc for Unicode, Oniguruma for the tokenizer
+#     regexes, clang for the libFuzzer targets, ...)
 #   - Python test tools from PyPI into a virtual environment (default: build/venv).
 #
 # Usage: deploy/install-deps.sh [--venv DIR] [--golden] [--no-apt]
@@ -29,7 +30,7 @@ apt_packages=(
   # toolchain and build
   build-essential cmake ninja-build ccache pkg-config git ca-certificates
   # C++ libraries (find_package in CMakeLists.txt, server/CMakeLists.txt, proto/CMakeLists.txt)
-  libabsl-dev nlohmann-json3-dev libboost-dev prometheus-cpp-dev libutf8proc-dev
+  libabsl-dev nlohmann-json3-dev libboost-dev prometheus-cpp-dev libutf8proc-dev libonig-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   # tests and benchmarks: GoogleTest, Google Benchmark, SIMDe (ISA emulation tests),
   # clang + libFuzzer runtime (fuzz preset)

@@ -1,15 +1,32 @@
 #include "server/cli/text_prompts.h"
 
 #include <ctime>
+#include <string>
 
+#include "absl/status/status.h"
 #include "engine/common/strings.h"
 
 namespace loom::cli {
 
+namespace {
+
+// Why `text` has no tokenizer, for a `flag` that needs one: a folder without tokenizer.json
+// (NotFound, or nothing tried) is told apart from one whose tokenizer.json failed to load.
+std::string NoTokenizerReason(const TextSupport& text, std::string_view flag,
+                              std::string_view missing) {
+  if (text.tokenizer_status.ok() || absl::IsNotFound(text.tokenizer_status)) {
+    return StrCat(flag, ": the model folder has no tokenizer.json", missing);
+  }
+  return StrCat(flag, ": the model folder's tokenizer.json could not be loaded: ",
+                text.tokenizer_status.message());
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<int32_t>> EncodePrompt(const TextSupport& text, std::string_view prompt) {
   if (text.tokenizer == nullptr) {
     return absl::FailedPreconditionError(
-        "--prompt: the model folder has no tokenizer.json; pass --prompt-ids");
+        StrCat(NoTokenizerReason(text, "--prompt", ""), "; pass --prompt-ids"));
   }
   std::vector<int32_t> ids = text.tokenizer->Encode(prompt, /*add_special_tokens=*/true);
   if (ids.empty()) return absl::InvalidArgumentError("--prompt: the prompt encodes to no tokens");
@@ -18,7 +35,11 @@ absl::StatusOr<std::vector<int32_t>> EncodePrompt(const TextSupport& text, std::
 
 absl::StatusOr<std::vector<int32_t>> EncodeChat(const TextSupport& text,
                                                 std::string_view messages_json) {
-  if (text.tokenizer == nullptr || !text.chat.has_value()) {
+  if (text.tokenizer == nullptr) {
+    return absl::FailedPreconditionError(
+        NoTokenizerReason(text, "--chat", " or no chat template"));
+  }
+  if (!text.chat.has_value()) {
     return absl::FailedPreconditionError(
         "--chat: the model folder has no tokenizer.json or no chat template");
   }

@@ -161,6 +161,25 @@ TEST(CliTest, PromptTextNeedsATokenizer) {
                    "--chat: the model folder has no tokenizer.json or no chat template");
 }
 
+// A tokenizer.json that exists but does not load is reported as such, with the reason, not as a
+// missing file.
+TEST(CliTest, PromptTextWithABrokenTokenizer) {
+  TempFolder folder;
+  for (const char* name : {"config.json", "generation_config.json", "model.safetensors",
+                           "tokenizer_config.json"}) {
+    std::filesystem::copy_file(kModel + "/" + name, folder.File(name));
+  }
+  testing_util::WriteBytes(folder.File("tokenizer.json"), "{\"model\": [");
+  CliRun run = Loom({"generate", "--model", folder.path(), "--prompt", "Hello"});
+  ExpectUsageError(run, "--prompt: the model folder's tokenizer.json could not be loaded: ");
+  LOOM_EXPECT_CONTAINS(run.err, "tokenizer.json");
+  EXPECT_EQ(run.err.find("has no tokenizer.json"), std::string::npos) << run.err;
+  LOOM_EXPECT_CONTAINS(run.err, "; pass --prompt-ids");
+  run = Loom({"generate", "--model", folder.path(), "--chat", R"([{"role":"user","content":"x"}])"});
+  ExpectUsageError(run, "--chat: the model folder's tokenizer.json could not be loaded: ");
+  EXPECT_EQ(run.err.find("has no tokenizer.json"), std::string::npos) << run.err;
+}
+
 // --prompt goes through the folder's tokenizer and --chat through its chat template; the output
 // is the same as feeding the ids the tokenizer gives.
 TEST(CliTest, TextPromptsAndChats) {

@@ -4,7 +4,8 @@
 Each style is a small byte-pair-encoding tokenizer trained here with HF `tokenizers` on a corpus
 this script writes itself, configured like a current model family (Llama 3, GPT-2, Qwen2,
 Llama 2 / Mistral v0.1, newer Mistral, Gemma, DeepSeek-V3, and one with Digits + NFKC +
-Lowercase and added-token variants). Every style has exactly 512 ids in total (model vocabulary
+Lowercase and added-token variants, and one whose Split patterns need Oniguruma syntax: a
+script, a POSIX bracket, backreferences). Every style has exactly 512 ids in total (model vocabulary
 plus added tokens), like the repository's golden test checkpoints.
 
 For each style the script writes:
@@ -203,7 +204,7 @@ def train(normalizer, pre_tokenizer, vocab_size, alphabet=None, limit_alphabet=N
 
 
 def byte_level_style(name, pre_tokenizer, normalizer, specials, bos, eos, ignore_merges, config,
-                     add_prefix_space=False):
+                     add_prefix_space=False, extra_strings=()):
     """Byte-level BPE (Llama 3, GPT-2, Qwen2, DeepSeek-V3): specials appended after the model."""
     vocab, merges = train(normalizer, pre_tokenizer, TOTAL_VOCAB - len(specials),
                           alphabet=pre_tokenizers.ByteLevel.alphabet())
@@ -220,7 +221,7 @@ def byte_level_style(name, pre_tokenizer, normalizer, specials, bos, eos, ignore
                                           special_tokens=[(bos, tok.token_to_id(bos))])])
     else:
         tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    write_style(name, tok, config, specials)
+    write_style(name, tok, config, specials, extra_strings)
 
 
 def sentencepiece_vocab(normalizer, pre_tokenizer, head):
@@ -362,7 +363,27 @@ def wordpiece_like_style():
                 ["[CLS]", "[SEP]"], ["don't stop-me now!!", "x.y,z", "unknown ж ñ chars"])
 
 
-def main():
+def oniguruma_style():
+    """Split patterns with Oniguruma syntax beyond the common tokenizer patterns: a script
+    (\\p{Han}), a POSIX bracket ([[:alpha:]]) and a backreference (repeated letters, quotes)."""
+    Regex = __import__("tokenizers").Regex
+    pre = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(pattern=Regex(r"\p{Han}+"), behavior="isolated"),
+        pre_tokenizers.Split(pattern=Regex(r"(['\"])[^'\"]*\1"), behavior="isolated"),
+        pre_tokenizers.Split(pattern=Regex(r"(\p{L})\1+"), behavior="isolated"),
+        pre_tokenizers.Split(pattern=Regex(r" ?[[:alpha:]]+|[[:digit:]]+|[[:space:]]+"),
+                             behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    byte_level_style("oniguruma", pre, None, ["<|endoftext|>"], None, None, False,
+                     {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"},
+                     extra_strings=["中文和日本語の漢字 mixed 汉字", "bookkeeper aaa  'quoted' \"x\" 'open",
+                                    "alpha: ab12 :: [[:alpha:]] ph", "Mississippi 2024 zzz..."])
+
+
+def main(only=None):
+    if only == "oniguruma":
+        oniguruma_style()
+        return
     bl = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     byte_level_style(
         "llama3", pre_tokenizers.Sequence([pre_tokenizers.Split(pattern=__import__("tokenizers").Regex(LLAMA3_PATTERN),
@@ -394,7 +415,10 @@ def main():
     digits_style()
     splits_style()
     wordpiece_like_style()
+    oniguruma_style()
 
 
 if __name__ == "__main__":
-    main()
+    # `make_tokenizer_fixtures.py oniguruma` writes only that style.
+    import sys
+    main(sys.argv[1] if len(sys.argv) > 1 else None)

@@ -3,7 +3,9 @@
 // and random.json (random patterns of the supported syntax) on every text must give exactly the
 // recorded match spans, and the patterns Oniguruma rejects must fail to compile. The fixtures
 // and the script that made them: tests/text/make_regex_fixtures.py. The reference cannot show
-// empty matches, so empty matches are left out of the comparison.
+// empty matches, so empty matches are left out of the comparison. The system's Oniguruma (6.9.8,
+// Unicode 14) is older than the one HF bundles: kNewerOnigurumaDiffers lists the patterns whose
+// classes the newer one widened; they must still compile.
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,6 +46,17 @@ std::string Show(std::string_view text, const Spans& spans) {
   return out;
 }
 
+// [[:punct:]] also takes the symbols (\p{S}) and \p{Word} the other numbers (\p{No}) in the
+// Oniguruma HF bundles, not in 6.9.8.
+const char* const kNewerOnigurumaDiffers[] = {"class_posix", "prop_word_punct"};
+
+bool NewerOnigurumaDiffers(const std::string& name) {
+  for (const char* differs : kNewerOnigurumaDiffers) {
+    if (name == differs) return true;
+  }
+  return false;
+}
+
 // Checks every pattern of one fixture file; returns the number of (pattern, text) cases.
 size_t CheckFixture(std::string_view file) {
   const absl::StatusOr<Json> loaded = LoadFixture(file);
@@ -65,7 +78,7 @@ size_t CheckFixture(std::string_view file) {
     EXPECT_TRUE(regex.ok()) << name << ": " << regex.status();
     const Json matches = *entry.Get("matches");
     EXPECT_EQ(matches.size(), texts.size()) << name;
-    if (!regex.ok() || matches.size() != texts.size()) continue;
+    if (!regex.ok() || matches.size() != texts.size() || NewerOnigurumaDiffers(name)) continue;
     for (size_t t = 0; t < texts.size(); ++t) {
       const std::string text = *texts[t].AsString();
       Spans expected;

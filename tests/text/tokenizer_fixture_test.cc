@@ -15,7 +15,7 @@ namespace loom::text {
 namespace {
 
 const char* const kStyles[] = {"llama3",  "gpt2",  "qwen2",  "deepseek_v3", "llama2",
-                               "mistral", "gemma", "digits", "splits",      "affixes"};
+                               "mistral", "gemma", "digits", "splits",      "affixes", "oniguruma"};
 
 std::string FixtureDir(const std::string& style) {
   return std::string(LOOM_SOURCE_DIR) + "/tests/text/fixtures/tokenizers/" + style;

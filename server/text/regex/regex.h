@@ -1,23 +1,24 @@
-// A regular-expression engine for the patterns found in tokenizer.json files.
+// The regular expressions of tokenizer.json files (Split / Replace patterns), on Oniguruma.
 //
-// HF tokenizers compiles its Split / pre-tokenizer / normalizer patterns with Oniguruma (Ruby
-// syntax, UTF-8 encoding); Regex reproduces those match semantics for the syntax tokenizer files
-// use: literals, escapes, classes with Unicode properties, groups, alternation,
-// greedy/lazy/possessive quantifiers, anchors, lookahead, bounded-width lookbehind, atomic
-// groups, case-insensitive groups with simple Unicode case folding (parser.h lists the syntax;
-// the rest is rejected rather than guessed). The pattern is compiled to a program (program.h)
-// run by a backtracking matcher over code points (matcher.h) with per-class bitmaps, first-
-// character guards on alternatives and a lead-byte prefilter for start positions.
+// HF tokenizers compiles these patterns with Oniguruma through the onig crate (default options,
+// ONIG_SYNTAX_ONIGURUMA, UTF-8); Regex does the same with the system's libonig, so the syntax is
+// Oniguruma's in full (scripts, POSIX brackets, backreferences, ...). The system library may be
+// an older Oniguruma than the one HF bundles: characters of newer Unicode versions, and
+// [[:punct:]] and \p{Word} (which newer Oniguruma widened to symbols / other numbers), may
+// then classify differently.
 //
-// Hostile patterns cannot hang or exhaust memory: parsing depth, program size, class count,
-// backtrack stack and work are bounded. Each start position gets a step budget; once one runs
-// out, the search continues with memoized backtracking (each program state explored once), and
-// an attempt that still runs out counts as "no match at this position". A whole FindAll has a
-// step budget proportional to the text length; when it is spent, no further matches are
-// reported (so the caller sees the rest of the text as unmatched). Real tokenizer patterns use
-// a few steps per byte and never get near these limits.
+// Hostile patterns cannot hang: a match attempt at one start position gives up after onig's
+// default retry limit (as HF does), one search after a limit proportional to the text left, and
+// the backtrack stack is bounded by the text length. When a limit runs out (HF's onig crate
+// panics there), no further matches are reported, so the caller sees the rest of the text as
+// unmatched.
 //
-// A compiled Regex is immutable; copies share the program. FindAll is const and thread-safe.
+// The split patterns of GPT-2, Llama 3 and Qwen2/2.5/3 (split_scanner.h), matched byte for byte,
+// are searched by hand-written scanners that give Oniguruma's spans 2-4x faster (tokenizer_bench,
+// bench/results/text/README.md); every other pattern is searched by Oniguruma.
+//
+// A compiled Regex is immutable; copies share it. FindAll is const and thread-safe (Oniguruma is
+// initialized once, by the first Compile).
 #pragma once
 
 #include <cstddef>
@@ -36,13 +37,15 @@ struct Program;
 
 class Regex {
  public:
-  // Compiles a pattern as found in tokenizer.json (Oniguruma/Ruby syntax, which HF tokenizers
-  // uses through onig). Unsupported constructs and syntax errors give InvalidArgument naming the
-  // byte offset in the pattern; patterns too large once counted repeats are expanded (over
-  // 2^17 instructions or 2048 distinct classes) give InvalidArgument too.
+  // Compiles a pattern as found in tokenizer.json. Syntax errors (and a pattern that is not
+  // well-formed UTF-8) give InvalidArgument with Oniguruma's message.
   static absl::StatusOr<Regex> Compile(std::string_view pattern);
+  // As Compile, but always searched by Oniguruma, even for the patterns that have a
+  // hand-written scanner (to compare the two, in tests and benchmarks).
+  static absl::StatusOr<Regex> CompileWithoutFastPath(std::string_view pattern);
 
-  // Appends [begin, end) byte offsets of every match in `text` (well-formed UTF-8), left to right
+  // Appends [begin, end) byte offsets of every match in `text` (well-formed UTF-8; for memory
+  // safety only, each byte of an ill-formed sequence reads as '~'), left to right
   // like onig's find_iter: the leftmost match starting at or after the previous match's end; an
   // empty match is reported and the search resumes one character later (an empty match where
   // the previous match ended is skipped, as onig's iterator does). Const and thread-safe.
@@ -51,7 +54,7 @@ class Regex {
   // A Regex that matches nothing (a placeholder until one is compiled).
   Regex() = default;
 
-  // Copies share the compiled program (cheap; the program is immutable).
+  // Copies share the compiled regex (cheap; it is immutable).
   Regex(const Regex&) = default;
   Regex& operator=(const Regex&) = default;
   Regex(Regex&&) noexcept = default;
@@ -60,6 +63,7 @@ class Regex {
 
  private:
   explicit Regex(std::shared_ptr<const regex_internal::Program> program);
+  static absl::StatusOr<Regex> Compile(std::string_view pattern, bool use_split_scanner);
 
   std::shared_ptr<const regex_internal::Program> program_;
 };
