@@ -257,11 +257,11 @@ class Session : public std::enable_shared_from_this<Session> {
     if (closed_) return;
     if (response_done_) return AfterResponse();  // this read was cancelled, or raced the end
     if (ec) {
-      // EOF with a response already queued or being written: the client may only have shut its
-      // sending side (a half-close) and still read, so that response goes out, then the
-      // connection closes; if the client is really gone, the write fails and ends it. Otherwise
-      // EOF or an error while the response is pending means the client is gone.
-      if (ec == asio::error::eof && HasOutgoing()) {
+      // EOF with a whole response already queued or being written: the client may only have
+      // shut its sending side (a half-close) and still read, so that finished response goes
+      // out, then the connection closes. Otherwise (nothing ready yet, or a stream) EOF or an
+      // error while the response is pending means the client is gone.
+      if (ec == asio::error::eof && WholeResponseReady()) {
         keep_alive_ = false;
         return;
       }
@@ -270,9 +270,10 @@ class Session : public std::enable_shared_from_this<Session> {
     ReadAhead();
   }
 
-  bool HasOutgoing() {
+  bool WholeResponseReady() {
+    if (writing_) return writing_kind_ == Outgoing::Kind::kWhole;
     std::lock_guard<std::mutex> lock(mu_);
-    return writing_ || !queue_.empty();
+    return !queue_.empty() && queue_.front().kind == Outgoing::Kind::kWhole;
   }
 
   // Reading has stopped at the pipelining bound; poll for the peer's shutdown (what a read
@@ -315,6 +316,7 @@ class Session : public std::enable_shared_from_this<Session> {
       queue_.pop_front();
     }
     writing_ = true;
+    writing_kind_ = out.kind;
     stream_.expires_after(ToChrono(options_.write_timeout));
     auto done = [self = shared_from_this(), kind = out.kind](beast::error_code ec, size_t) {
       self->OnWritten(ec, kind);
@@ -467,6 +469,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool reading_ahead_ = false;
   uint64_t peer_check_id_ = 0;  // invalidates older peer checks
   bool writing_ = false;
+  Outgoing::Kind writing_kind_ = Outgoing::Kind::kWhole;  // of the write in flight
   bool closed_ = false;
   std::mutex mu_;
   std::deque<Outgoing> queue_;
