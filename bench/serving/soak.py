@@ -133,7 +133,7 @@ async def client_stream(server, rng, outcomes, slow=False):
         usage = [json.loads(e)["usage"] for e in events[:-1] if b'"usage"' in e]
         usage = [u for u in usage if u]
         if not usage or usage[-1]["completion_tokens"] != max_tokens:
-            outcomes.error(kind, f"usage {usage[-1:] } after max_tokens {max_tokens} with ignore_eos")
+            outcomes.error(kind, f"usage {usage[-1:]} after max_tokens {max_tokens} with ignore_eos")
             return
         outcomes.ok(kind)
     finally:

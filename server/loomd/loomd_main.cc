@@ -1,6 +1,7 @@
 // loomd: the serving daemon. Loads the model, starts the engine loop and the HTTP server, warms
-// the engine up (then /readyz turns ready), and runs until SIGTERM/SIGINT, then drains: readiness fails, new requests get 503, in-flight ones
-// may finish within drain_timeout_s, and the process exits 0.
+// the engine up (then /readyz turns ready), and runs until SIGTERM/SIGINT, then drains:
+// readiness fails, new requests get 503, in-flight ones may finish within drain_timeout_s, and
+// the process exits 0.
 #include <signal.h>
 #include <unistd.h>
 
