@@ -22,7 +22,7 @@ Shapes ShapesOf(const ModelConfig& c) {
 
 void ExpectLinear(std::vector<ExpectedTensor>& out, const std::string& prefix, int64_t rows,
                   int64_t cols, bool bias) {
-  out.push_back({prefix + ".weight", {rows, cols}, true});
+  out.push_back({prefix + ".weight", {rows, cols}, true, /*quantized_ok=*/true});
   if (bias) out.push_back({prefix + ".bias", {rows}, true});
 }
 
@@ -66,7 +66,7 @@ class Binder {
 std::vector<ExpectedTensor> ExpectedDecoderTensors(const ModelConfig& c) {
   const Shapes s = ShapesOf(c);
   std::vector<ExpectedTensor> out;
-  out.push_back({"model.embed_tokens.weight", {s.vocab, s.hidden}, true});
+  out.push_back({"model.embed_tokens.weight", {s.vocab, s.hidden}, true, /*quantized_ok=*/true});
   for (int32_t i = 0; i < c.num_layers; ++i) {
     out.push_back({LayerName(i, "input_layernorm.weight"), {s.hidden}, true});
     ExpectLinear(out, LayerName(i, "self_attn.q_proj"), s.q_dim, s.hidden, c.qkv_bias);
@@ -84,7 +84,8 @@ std::vector<ExpectedTensor> ExpectedDecoderTensors(const ModelConfig& c) {
   }
   out.push_back({"model.norm.weight", {s.hidden}, true});
   // A tied checkpoint may still carry a copy of lm_head; it is checked but not used.
-  out.push_back({"lm_head.weight", {s.vocab, s.hidden}, !c.tie_word_embeddings});
+  out.push_back({"lm_head.weight", {s.vocab, s.hidden}, !c.tie_word_embeddings,
+                 /*quantized_ok=*/true});
   return out;
 }
 
@@ -133,7 +134,7 @@ struct HostTensor {
 
 void CollectView(WeightView& view, std::vector<HostTensor>& out) {
   if (view.data == nullptr) return;
-  out.push_back({&view.data, view.rows * view.cols * static_cast<int64_t>(DTypeSize(view.dtype))});
+  out.push_back({&view.data, view.rows * DTypeRowBytes(view.dtype, view.cols)});
 }
 
 void CollectLinear(LinearWeight& linear, std::vector<HostTensor>& out) {

@@ -276,7 +276,7 @@ std::string_view SafetensorsDTypeName(DType dtype) {
   for (const DTypeNameEntry& entry : kSupportedDTypes) {
     if (entry.dtype == dtype) return entry.name;
   }
-  return "?";
+  return DTypeName(dtype);  // a format safetensors has no name for (a GGUF block format)
 }
 
 std::string FormatShape(std::span<const int64_t> shape) {

@@ -23,9 +23,15 @@ void CheckTensor(const Checkpoint& checkpoint, const ExpectedTensor& want,
     problems.push_back(StrCat(where, "expected shape ", FormatShape(want.shape), ", found ",
                               FormatShape(found->shape)));
   }
-  if (!IsFloatDType(found->dtype)) {
-    problems.push_back(
-        StrCat(where, "dtype ", SafetensorsDTypeName(found->dtype), ", expected F32, F16 or BF16"));
+  if (want.quantized_ok && IsQuantizedDType(found->dtype)) {
+    if (found->shape.empty() || !RowFitsBlocks(found->dtype, found->shape.back())) {
+      problems.push_back(StrCat(where, "rows of ", FormatShape(found->shape), " are not whole ",
+                                DTypeName(found->dtype), " blocks"));
+    }
+  } else if (!IsFloatDType(found->dtype)) {
+    problems.push_back(StrCat(where, "dtype ", SafetensorsDTypeName(found->dtype),
+                              want.quantized_ok ? ", expected F32, F16, BF16 or a block-quantized format"
+                                                : ", expected F32, F16 or BF16"));
   }
 }
 

@@ -23,45 +23,71 @@ enum class DType : uint8_t {
   kI32,
   kI64,
   kBool,
+  // Block-quantized weight formats, bit-compatible with GGUF/ggml's types of the same name. A row
+  // of such a tensor is a whole number of blocks; each block codes `block_elems` consecutive
+  // elements of the row in `block_bytes` bytes (layouts in kernels/ref/quant_ref.h).
+  kQ8_0,
+  kQ4_0,
+  kQ4_1,
+  kQ4_K,
+  kQ5_K,
+  kQ6_K,
 };
 
-// Size of one element in bytes.
-constexpr size_t DTypeSize(DType dtype) {
+// What every storage format is, as data: the one table that sizes rows and names formats. Ops
+// dispatch on the DType; a format without a kernel is refused when the weights are bound.
+struct DTypeTraits {
+  std::string_view name;  // lower case: "bf16", "q4_k", ...
+  int32_t block_elems;    // elements coded together (1 for the element types)
+  int32_t block_bytes;    // bytes of one block (the element size for the element types)
+  bool is_float;          // f32 / f16 / bf16: a weight, norm or KV element type
+  bool is_quantized;      // block-quantized: a matrix weight format only
+};
+
+constexpr DTypeTraits TraitsOf(DType dtype) {
   switch (dtype) {
-    case DType::kF64:
-    case DType::kI64:
-      return 8;
-    case DType::kF32:
-    case DType::kI32:
-      return 4;
-    case DType::kF16:
-    case DType::kBF16:
-    case DType::kI16:
-      return 2;
-    case DType::kI8:
-    case DType::kU8:
-    case DType::kBool:
-      return 1;
+    case DType::kF32: return {"f32", 1, 4, true, false};
+    case DType::kF16: return {"f16", 1, 2, true, false};
+    case DType::kBF16: return {"bf16", 1, 2, true, false};
+    case DType::kF64: return {"f64", 1, 8, false, false};
+    case DType::kI8: return {"i8", 1, 1, false, false};
+    case DType::kU8: return {"u8", 1, 1, false, false};
+    case DType::kI16: return {"i16", 1, 2, false, false};
+    case DType::kI32: return {"i32", 1, 4, false, false};
+    case DType::kI64: return {"i64", 1, 8, false, false};
+    case DType::kBool: return {"bool", 1, 1, false, false};
+    case DType::kQ8_0: return {"q8_0", 32, 34, false, true};
+    case DType::kQ4_0: return {"q4_0", 32, 18, false, true};
+    case DType::kQ4_1: return {"q4_1", 32, 20, false, true};
+    case DType::kQ4_K: return {"q4_k", 256, 144, false, true};
+    case DType::kQ5_K: return {"q5_k", 256, 176, false, true};
+    case DType::kQ6_K: return {"q6_k", 256, 210, false, true};
   }
-  return 0;
+  return {"?", 1, 0, false, false};
 }
 
-// Lower-case name ("bf16", "f32", ...) for messages and JSON output.
-constexpr std::string_view DTypeName(DType dtype) {
-  switch (dtype) {
-    case DType::kF32: return "f32";
-    case DType::kF16: return "f16";
-    case DType::kBF16: return "bf16";
-    case DType::kF64: return "f64";
-    case DType::kI8: return "i8";
-    case DType::kU8: return "u8";
-    case DType::kI16: return "i16";
-    case DType::kI32: return "i32";
-    case DType::kI64: return "i64";
-    case DType::kBool: return "bool";
-  }
-  return "?";
+// True for the block-quantized formats.
+constexpr bool IsQuantizedDType(DType dtype) { return TraitsOf(dtype).is_quantized; }
+
+// True when a row of `cols` elements is a whole number of blocks of `dtype`.
+constexpr bool RowFitsBlocks(DType dtype, int64_t cols) {
+  return cols >= 0 && cols % TraitsOf(dtype).block_elems == 0;
 }
+
+// Bytes of one row of `cols` elements (cols a whole number of blocks; see RowFitsBlocks).
+constexpr int64_t DTypeRowBytes(DType dtype, int64_t cols) {
+  const DTypeTraits t = TraitsOf(dtype);
+  return cols / t.block_elems * t.block_bytes;
+}
+
+// Size of one element in bytes; 0 for the block-quantized formats (use DTypeRowBytes).
+constexpr size_t DTypeSize(DType dtype) {
+  const DTypeTraits t = TraitsOf(dtype);
+  return t.block_elems == 1 ? static_cast<size_t>(t.block_bytes) : 0;
+}
+
+// Lower-case name ("bf16", "f32", "q4_k", ...) for messages and JSON output.
+constexpr std::string_view DTypeName(DType dtype) { return TraitsOf(dtype).name; }
 
 // True for the floating-point types a weight or a KV cache may be stored in.
 constexpr bool IsFloatDType(DType dtype) {
