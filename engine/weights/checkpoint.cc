@@ -118,7 +118,10 @@ absl::StatusOr<Checkpoint> Checkpoint::Open(const std::string& model_dir,
                                             const MapOptions& options) {
   LOOM_ASSIGN_OR_RETURN(const PathKind kind, KindOf(model_dir));
   if (kind == PathKind::kMissing) return absl::NotFoundError(StrCat(model_dir, ": no such folder"));
-  if (kind == PathKind::kFile) return OpenSingle(model_dir, options);
+  if (kind == PathKind::kFile) {
+    if (IsGgufFile(model_dir)) return OpenGguf(model_dir, options);
+    return OpenSingle(model_dir, options);
+  }
   if (kind != PathKind::kFolder) {
     return absl::InvalidArgumentError(StrCat(model_dir, ": not a folder or a file"));
   }
@@ -140,6 +143,25 @@ absl::StatusOr<Checkpoint> Checkpoint::OpenSingle(const std::string& path,
   for (const TensorInfo& tensor : file->tensors()) checkpoint.tensors_.push_back(&tensor);
   checkpoint.files_.push_back(std::move(file));
   checkpoint.Finish();
+  return checkpoint;
+}
+
+absl::StatusOr<Checkpoint> Checkpoint::OpenGguf(const std::string& path,
+                                                const MapOptions& options) {
+  Checkpoint checkpoint;
+  checkpoint.path_ = path;
+  LOOM_ASSIGN_OR_RETURN(checkpoint.gguf_, GgufFile::Open(path, options));
+  LOOM_ASSIGN_OR_RETURN(checkpoint.gguf_view_, MapGgufTensors(*checkpoint.gguf_));
+  for (const TensorInfo& tensor : checkpoint.gguf_view_->tensors) {
+    checkpoint.tensors_.push_back(&tensor);
+  }
+  checkpoint.Finish();
+  for (size_t i = 1; i < checkpoint.tensors_.size(); ++i) {
+    if (checkpoint.tensors_[i - 1]->name == checkpoint.tensors_[i]->name) {
+      return absl::InvalidArgumentError(StrCat(path, ": two tensors map to the name '",
+                                               checkpoint.tensors_[i]->name, "'"));
+    }
+  }
   return checkpoint;
 }
 

@@ -8,7 +8,9 @@
 //      holds exactly the tensors the weight_map lists; other tensors in the shards are ignored.
 //   2. `model.safetensors`.
 //   3. the one `*.safetensors` file in the folder (more than one is an error: which is meant?).
-// `model_dir` may also name a safetensors file directly.
+// `model_dir` may also name a safetensors file directly, or a GGUF file (recognised by its magic,
+// whatever its name): its tensors then appear under Hugging Face names (engine/weights/gguf_model.h)
+// and gguf() gives the file's metadata.
 //
 // Every file is validated by SafetensorsFile::Open; tensor data is used in place from the
 // mappings. Errors name the path and the tensor: NotFound for a missing folder, file or shard,
@@ -24,6 +26,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/weights/gguf.h"
+#include "engine/weights/gguf_model.h"
 #include "engine/weights/safetensors.h"
 
 namespace loom {
@@ -53,6 +57,9 @@ class Checkpoint {
   // The open files (one, or one per shard in name order), e.g. to read their metadata.
   const std::vector<std::unique_ptr<SafetensorsFile>>& files() const { return files_; }
 
+  // The GGUF file the checkpoint is, or null for safetensors.
+  const GgufFile* gguf() const { return gguf_.get(); }
+
   // Sum of the tensors' bytes and of their element counts.
   int64_t total_bytes() const { return total_bytes_; }
   int64_t num_parameters() const { return num_parameters_; }
@@ -63,12 +70,15 @@ class Checkpoint {
   static absl::StatusOr<Checkpoint> OpenSharded(const std::string& dir,
                                                 const std::string& index_path,
                                                 const MapOptions& options);
+  static absl::StatusOr<Checkpoint> OpenGguf(const std::string& path, const MapOptions& options);
   // Sorts tensors_ and computes the totals.
   void Finish();
 
   std::string path_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
-  std::vector<const TensorInfo*> tensors_;  // into files_, sorted by name
+  std::unique_ptr<GgufFile> gguf_;
+  std::unique_ptr<GgufTensorView> gguf_view_;
+  std::vector<const TensorInfo*> tensors_;  // into files_ or gguf_view_, sorted by name
   int64_t total_bytes_ = 0;
   int64_t num_parameters_ = 0;
 };

@@ -1,0 +1,51 @@
+// A GGUF file seen as a Hugging Face model: its hyper-parameters as the config.json transformers
+// would write for it, and its tensors under Hugging Face names, so the architectures, the
+// validation and the binding of engine/models work on GGUF files unchanged.
+//
+// Architectures (`general.architecture`): `llama` (Llama, Mistral, SmolLM, TinyLlama ...) ->
+// LlamaForCausalLM, `qwen2` -> Qwen2ForCausalLM, `qwen3` -> Qwen3ForCausalLM. Anything else is
+// refused (Unimplemented, naming the architecture).
+//
+// Tensor names (llama.cpp's convention; N is the layer):
+//   token_embd -> model.embed_tokens          output_norm -> model.norm    output -> lm_head
+//   blk.N.attn_norm -> input_layernorm        blk.N.ffn_norm -> post_attention_layernorm
+//   blk.N.attn_{q,k,v} -> self_attn.{q,k,v}_proj    blk.N.attn_output -> self_attn.o_proj
+//   blk.N.attn_{q,k}_norm -> self_attn.{q,k}_norm   blk.N.ffn_{gate,up,down} -> mlp.*_proj
+// (".weight" / ".bias" kept). Other tensors keep their GGUF names (the binder warns about them).
+//
+// RoPE: llama.cpp's converter permutes the rows of `llama` q/k projections (and biases) so that
+// its interleaved RoPE computes what Hugging Face's half-split RoPE computes on the original rows.
+// loom uses the half-split form, so those rows are put back in Hugging Face order: within each
+// head of d rows, GGUF row 2i + j holds Hugging Face row j * d/2 + i. The un-permuted tensors are
+// copies owned by the view; all others point into the mapping. qwen2/qwen3 files are not permuted.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/weights/gguf.h"
+#include "engine/weights/safetensors.h"
+
+namespace loom {
+
+// The config.json (as JSON text) that describes `file`'s model: architectures, sizes, heads,
+// head_dim, rms_norm_eps, rope_theta and rope_scaling, max_position_embeddings, vocab_size,
+// tie_word_embeddings (no `output.weight`), bos/eos ids (eos, eot and eom), torch_dtype.
+// InvalidArgument for missing or out-of-range keys, Unimplemented for an unknown architecture.
+absl::StatusOr<std::string> GgufConfigJson(const GgufFile& file);
+
+// The tensors of `file` under Hugging Face names, with q/k un-permuted where needed. Owns the
+// copies it makes; the GgufFile must outlive it.
+struct GgufTensorView {
+  std::vector<TensorInfo> tensors;
+  std::vector<std::unique_ptr<uint8_t[]>> owned;
+};
+absl::StatusOr<std::unique_ptr<GgufTensorView>> MapGgufTensors(const GgufFile& file);
+
+// The Hugging Face name of a GGUF tensor name (unchanged when it has none).
+std::string HfTensorName(std::string_view gguf_name);
+
+}  // namespace loom
