@@ -65,6 +65,10 @@ ModelInfo MakeModelInfo(const EngineConfig& engine, const ModelConfig& m, const 
   ModelInfo info;
   info.architecture = m.architecture;
   info.name = std::string(BaseName(engine.model_dir));
+  constexpr std::string_view kGgufSuffix = ".gguf";
+  if (ckpt.gguf() != nullptr && info.name.ends_with(kGgufSuffix)) {
+    info.name.resize(info.name.size() - kGgufSuffix.size());
+  }
   info.vocab_size = m.vocab_size;
   info.max_context_len = engine.max_context_len > 0
                              ? std::min(engine.max_context_len, m.max_position_embeddings)

@@ -9,8 +9,8 @@
 //   2. `model.safetensors`.
 //   3. the one `*.safetensors` file in the folder (more than one is an error: which is meant?).
 // `model_dir` may also name a safetensors file directly, or a GGUF file (recognised by its magic,
-// whatever its name): its tensors then appear under Hugging Face names (engine/weights/gguf_model.h)
-// and gguf() gives the file's metadata.
+// whatever its name): its tensors then appear under Hugging Face names
+// (engine/weights/gguf_model.h) and gguf() gives the file's metadata.
 //
 // Every file is validated by SafetensorsFile::Open; tensor data is used in place from the
 // mappings. Errors name the path and the tensor: NotFound for a missing folder, file or shard,

@@ -29,17 +29,22 @@ int64_t ScalarBytes(GgufType type) {
   switch (type) {
     case GgufType::kU8:
     case GgufType::kI8:
-    case GgufType::kBool: return 1;
+    case GgufType::kBool:
+      return 1;
     case GgufType::kU16:
-    case GgufType::kI16: return 2;
+    case GgufType::kI16:
+      return 2;
     case GgufType::kU32:
     case GgufType::kI32:
-    case GgufType::kF32: return 4;
+    case GgufType::kF32:
+      return 4;
     case GgufType::kU64:
     case GgufType::kI64:
-    case GgufType::kF64: return 8;
+    case GgufType::kF64:
+      return 8;
     case GgufType::kString:
-    case GgufType::kArray: return 0;
+    case GgufType::kArray:
+      return 0;
   }
   return 0;
 }
@@ -55,19 +60,27 @@ T Load(const uint8_t* p) {
 
 std::optional<int64_t> LoadInt(GgufType type, const uint8_t* p) {
   switch (type) {
-    case GgufType::kU8: return Load<uint8_t>(p);
-    case GgufType::kI8: return Load<int8_t>(p);
-    case GgufType::kU16: return Load<uint16_t>(p);
-    case GgufType::kI16: return Load<int16_t>(p);
-    case GgufType::kU32: return Load<uint32_t>(p);
-    case GgufType::kI32: return Load<int32_t>(p);
-    case GgufType::kI64: return Load<int64_t>(p);
+    case GgufType::kU8:
+      return Load<uint8_t>(p);
+    case GgufType::kI8:
+      return Load<int8_t>(p);
+    case GgufType::kU16:
+      return Load<uint16_t>(p);
+    case GgufType::kI16:
+      return Load<int16_t>(p);
+    case GgufType::kU32:
+      return Load<uint32_t>(p);
+    case GgufType::kI32:
+      return Load<int32_t>(p);
+    case GgufType::kI64:
+      return Load<int64_t>(p);
     case GgufType::kU64: {
       const uint64_t v = Load<uint64_t>(p);
       if (v > static_cast<uint64_t>(INT64_MAX)) return std::nullopt;
       return static_cast<int64_t>(v);
     }
-    default: return std::nullopt;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -85,17 +98,17 @@ struct GgmlTypeEntry {
 
 // Every ggml type llama.cpp defines, so a refusal can name it; those with a DType run.
 constexpr GgmlTypeEntry kGgmlTypes[] = {
-    {0, "F32", DType::kF32},     {1, "F16", DType::kF16},      {2, "Q4_0", DType::kQ4_0},
-    {3, "Q4_1", DType::kQ4_1},   {6, "Q5_0", std::nullopt},    {7, "Q5_1", std::nullopt},
-    {8, "Q8_0", DType::kQ8_0},   {9, "Q8_1", std::nullopt},    {10, "Q2_K", std::nullopt},
-    {11, "Q3_K", std::nullopt},  {12, "Q4_K", DType::kQ4_K},   {13, "Q5_K", DType::kQ5_K},
-    {14, "Q6_K", DType::kQ6_K},  {15, "Q8_K", std::nullopt},   {16, "IQ2_XXS", std::nullopt},
+    {0, "F32", DType::kF32},      {1, "F16", DType::kF16},       {2, "Q4_0", DType::kQ4_0},
+    {3, "Q4_1", DType::kQ4_1},    {6, "Q5_0", std::nullopt},     {7, "Q5_1", std::nullopt},
+    {8, "Q8_0", DType::kQ8_0},    {9, "Q8_1", std::nullopt},     {10, "Q2_K", std::nullopt},
+    {11, "Q3_K", std::nullopt},   {12, "Q4_K", DType::kQ4_K},    {13, "Q5_K", DType::kQ5_K},
+    {14, "Q6_K", DType::kQ6_K},   {15, "Q8_K", std::nullopt},    {16, "IQ2_XXS", std::nullopt},
     {17, "IQ2_XS", std::nullopt}, {18, "IQ3_XXS", std::nullopt}, {19, "IQ1_S", std::nullopt},
-    {20, "IQ4_NL", std::nullopt}, {21, "IQ3_S", std::nullopt},  {22, "IQ2_S", std::nullopt},
-    {23, "IQ4_XS", std::nullopt}, {24, "I8", std::nullopt},     {25, "I16", std::nullopt},
-    {26, "I32", std::nullopt},   {27, "I64", std::nullopt},    {28, "F64", std::nullopt},
-    {29, "IQ1_M", std::nullopt}, {30, "BF16", DType::kBF16},   {34, "TQ1_0", std::nullopt},
-    {35, "TQ2_0", std::nullopt}, {39, "MXFP4", std::nullopt},
+    {20, "IQ4_NL", std::nullopt}, {21, "IQ3_S", std::nullopt},   {22, "IQ2_S", std::nullopt},
+    {23, "IQ4_XS", std::nullopt}, {24, "I8", std::nullopt},      {25, "I16", std::nullopt},
+    {26, "I32", std::nullopt},    {27, "I64", std::nullopt},     {28, "F64", std::nullopt},
+    {29, "IQ1_M", std::nullopt},  {30, "BF16", DType::kBF16},    {34, "TQ1_0", std::nullopt},
+    {35, "TQ2_0", std::nullopt},  {39, "MXFP4", std::nullopt},
 };
 
 const GgmlTypeEntry* FindGgmlType(uint32_t number) {
@@ -115,7 +128,8 @@ class GgufParser {
   absl::Status Run() {
     LOOM_RETURN_IF_ERROR(Need(4, "the magic"));
     if (std::memcmp(bytes_.data(), "GGUF", 4) != 0) {
-      return Error(absl::StatusCode::kInvalidArgument, "does not start with \"GGUF\": not a GGUF file");
+      return Error(absl::StatusCode::kInvalidArgument,
+                   "does not start with \"GGUF\": not a GGUF file");
     }
     pos_ = 4;
     LOOM_ASSIGN_OR_RETURN(const uint32_t version, U32("the version"));
@@ -138,7 +152,8 @@ class GgufParser {
     for (uint64_t i = 0; i < kv_count; ++i) {
       LOOM_ASSIGN_OR_RETURN(std::string key, Name(StrCat("metadata key ", i)));
       if (!keys.insert(key).second) {
-        return Error(absl::StatusCode::kInvalidArgument, StrCat("metadata key '", key, "' repeats"));
+        return Error(absl::StatusCode::kInvalidArgument,
+                     StrCat("metadata key '", key, "' repeats"));
       }
       LOOM_ASSIGN_OR_RETURN(const uint32_t type, U32(StrCat("the type of '", key, "'")));
       LOOM_ASSIGN_OR_RETURN(GgufValue value, Value(key, type));
@@ -251,10 +266,10 @@ class GgufParser {
     }
     LOOM_ASSIGN_OR_RETURN(const uint32_t element, U32(StrCat("the element type of '", key, "'")));
     if (!KnownType(element) || element == static_cast<uint32_t>(GgufType::kArray)) {
-      return Error(absl::StatusCode::kInvalidArgument,
-                   StrCat("'", key, "' is an array of ",
-                          KnownType(element) ? "arrays (not supported)"
-                                             : StrCat("unknown type ", element)));
+      return Error(
+          absl::StatusCode::kInvalidArgument,
+          StrCat("'", key, "' is an array of ",
+                 KnownType(element) ? "arrays (not supported)" : StrCat("unknown type ", element)));
     }
     value.element_type_ = static_cast<GgufType>(element);
     LOOM_ASSIGN_OR_RETURN(const uint64_t count, U64(StrCat("the length of '", key, "'")));
@@ -340,19 +355,32 @@ class GgufParser {
 
 std::string_view GgufTypeName(GgufType type) {
   switch (type) {
-    case GgufType::kU8: return "u8";
-    case GgufType::kI8: return "i8";
-    case GgufType::kU16: return "u16";
-    case GgufType::kI16: return "i16";
-    case GgufType::kU32: return "u32";
-    case GgufType::kI32: return "i32";
-    case GgufType::kF32: return "f32";
-    case GgufType::kBool: return "bool";
-    case GgufType::kString: return "string";
-    case GgufType::kArray: return "array";
-    case GgufType::kU64: return "u64";
-    case GgufType::kI64: return "i64";
-    case GgufType::kF64: return "f64";
+    case GgufType::kU8:
+      return "u8";
+    case GgufType::kI8:
+      return "i8";
+    case GgufType::kU16:
+      return "u16";
+    case GgufType::kI16:
+      return "i16";
+    case GgufType::kU32:
+      return "u32";
+    case GgufType::kI32:
+      return "i32";
+    case GgufType::kF32:
+      return "f32";
+    case GgufType::kBool:
+      return "bool";
+    case GgufType::kString:
+      return "string";
+    case GgufType::kArray:
+      return "array";
+    case GgufType::kU64:
+      return "u64";
+    case GgufType::kI64:
+      return "i64";
+    case GgufType::kF64:
+      return "f64";
   }
   return "?";
 }
@@ -491,8 +519,8 @@ bool IsGgufFile(const std::string& path) {
   if (fd < 0) return false;
   struct stat info;
   char magic[4] = {};
-  const bool is = fstat(fd, &info) == 0 && S_ISREG(info.st_mode) &&
-                  read(fd, magic, 4) == 4 && std::memcmp(magic, "GGUF", 4) == 0;
+  const bool is = fstat(fd, &info) == 0 && S_ISREG(info.st_mode) && read(fd, magic, 4) == 4 &&
+                  std::memcmp(magic, "GGUF", 4) == 0;
   close(fd);
   return is;
 }

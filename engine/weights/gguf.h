@@ -84,8 +84,8 @@ class GgufValue {
   friend class GgufParser;
   GgufType type_ = GgufType::kU8;
   GgufType element_type_ = GgufType::kU8;
-  const uint8_t* data_ = nullptr;  // the scalar, the string's bytes, or the first element
-  int64_t count_ = 0;              // string length, or array element count
+  const uint8_t* data_ = nullptr;          // the scalar, the string's bytes, or the first element
+  int64_t count_ = 0;                      // string length, or array element count
   std::vector<std::string_view> strings_;  // arrays of strings
 };
 
@@ -105,7 +105,7 @@ class GgufFile {
  public:
   // Maps and validates the file at `path`.
   static absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path,
-                                                         const MapOptions& options = {});
+                                                        const MapOptions& options = {});
   // Validates `bytes` (which must outlive the result) as a GGUF file; `name` names it in errors.
   // For tests and fuzzing; Open uses the same parser.
   static absl::StatusOr<std::unique_ptr<GgufFile>> Parse(std::span<const uint8_t> bytes,

@@ -91,11 +91,11 @@ struct NamePair {
 };
 
 constexpr NamePair kLayerNames[] = {
-    {"attn_norm", "input_layernorm"},        {"ffn_norm", "post_attention_layernorm"},
-    {"attn_q", "self_attn.q_proj"},          {"attn_k", "self_attn.k_proj"},
-    {"attn_v", "self_attn.v_proj"},          {"attn_output", "self_attn.o_proj"},
-    {"attn_q_norm", "self_attn.q_norm"},     {"attn_k_norm", "self_attn.k_norm"},
-    {"ffn_gate", "mlp.gate_proj"},           {"ffn_up", "mlp.up_proj"},
+    {"attn_norm", "input_layernorm"},    {"ffn_norm", "post_attention_layernorm"},
+    {"attn_q", "self_attn.q_proj"},      {"attn_k", "self_attn.k_proj"},
+    {"attn_v", "self_attn.v_proj"},      {"attn_output", "self_attn.o_proj"},
+    {"attn_q_norm", "self_attn.q_norm"}, {"attn_k_norm", "self_attn.k_norm"},
+    {"ffn_gate", "mlp.gate_proj"},       {"ffn_up", "mlp.up_proj"},
     {"ffn_down", "mlp.down_proj"},
 };
 
@@ -175,7 +175,8 @@ absl::StatusOr<std::string> GgufConfigJson(const GgufFile& file) {
                         ArchInt(file, a, "vocab_size", 1, int64_t{1} << 24, false));
   LOOM_ASSIGN_OR_RETURN(std::optional<double> eps,
                         ArchFloat(file, a, "attention.layer_norm_rms_epsilon", 0.0, 1.0));
-  LOOM_ASSIGN_OR_RETURN(std::optional<double> theta, ArchFloat(file, a, "rope.freq_base", 1e-3, 1e12));
+  LOOM_ASSIGN_OR_RETURN(std::optional<double> theta,
+                        ArchFloat(file, a, "rope.freq_base", 1e-3, 1e12));
   LOOM_ASSIGN_OR_RETURN(std::optional<int64_t> rope_dims,
                         ArchInt(file, a, "rope.dimension_count", 1, 4096, false));
   if (key_length && value_length && *key_length != *value_length) {
@@ -184,8 +185,8 @@ absl::StatusOr<std::string> GgufConfigJson(const GgufFile& file) {
   }
   const int64_t head_dim = key_length ? *key_length : *hidden / *heads;
   if (rope_dims && *rope_dims != head_dim) {
-    return absl::UnimplementedError(StrCat(file.path(), ": partial rotary embedding (",
-                                           *rope_dims, " of ", head_dim, " dims) is not supported"));
+    return absl::UnimplementedError(StrCat(file.path(), ": partial rotary embedding (", *rope_dims,
+                                           " of ", head_dim, " dims) is not supported"));
   }
   if (!vocab) {
     if (const GgufValue* tokens = file.Find("tokenizer.ggml.tokens")) {
@@ -232,8 +233,7 @@ absl::StatusOr<std::string> GgufConfigJson(const GgufFile& file) {
     w.Key("rope_theta");
     w.Double(*theta);
   }
-  const std::optional<std::string_view> scaling =
-      file.GetString(StrCat(a, ".rope.scaling.type"));
+  const std::optional<std::string_view> scaling = file.GetString(StrCat(a, ".rope.scaling.type"));
   if (scaling && *scaling != "none") {
     if (*scaling != "linear") {
       return absl::UnimplementedError(
@@ -251,8 +251,9 @@ absl::StatusOr<std::string> GgufConfigJson(const GgufFile& file) {
   }
   if (file.FindTensor("rope_freqs.weight") != nullptr) {
     return absl::UnimplementedError(
-        StrCat(file.path(), ": per-dimension RoPE frequency factors (rope_freqs, Llama 3.1 "
-                            "scaling) are not supported yet"));
+        StrCat(file.path(),
+               ": per-dimension RoPE frequency factors (rope_freqs, Llama 3.1 "
+               "scaling) are not supported yet"));
   }
   w.Key("tie_word_embeddings");
   w.Bool(file.FindTensor("output.weight") == nullptr);

@@ -29,9 +29,10 @@ void CheckTensor(const Checkpoint& checkpoint, const ExpectedTensor& want,
                                 DTypeName(found->dtype), " blocks"));
     }
   } else if (!IsFloatDType(found->dtype)) {
-    problems.push_back(StrCat(where, "dtype ", SafetensorsDTypeName(found->dtype),
-                              want.quantized_ok ? ", expected F32, F16, BF16 or a block-quantized format"
-                                                : ", expected F32, F16 or BF16"));
+    const std::string_view expected = want.quantized_ok
+                                          ? ", expected F32, F16, BF16 or a block-quantized format"
+                                          : ", expected F32, F16 or BF16";
+    problems.push_back(StrCat(where, "dtype ", SafetensorsDTypeName(found->dtype), expected));
   }
 }
 

@@ -85,7 +85,8 @@ void DequantizeBlock(DType dtype, const uint8_t* b, float* y) {
             const int low = (ql[l + 32 * (g & 1)] >> (4 * (g >> 1))) & 15;
             const int high = (qh[l] >> (2 * g)) & 3;
             const int q = (low | (high << 4)) - 32;
-            y[128 * h + 32 * g + l] = d * static_cast<float>(sc[g * 2 + l / 16]) * static_cast<float>(q);
+            y[128 * h + 32 * g + l] =
+                d * static_cast<float>(sc[g * 2 + l / 16]) * static_cast<float>(q);
           }
         }
       }
@@ -146,7 +147,8 @@ void QuantizeBlock(DType dtype, const float* x, uint8_t* b) {
       for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
       const float d = PutHalf(b, amax / 127.0f);
       for (int i = 0; i < 32; ++i) {
-        b[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(d > 0 ? RoundClamp(x[i] / d, -127, 127) : 0));
+        b[2 + i] =
+            static_cast<uint8_t>(static_cast<int8_t>(d > 0 ? RoundClamp(x[i] / d, -127, 127) : 0));
       }
       return;
     }
@@ -178,8 +180,12 @@ void QuantizeBlock(DType dtype, const float* x, uint8_t* b) {
       }
       return;
     }
-    case DType::kQ4_K: QuantizeK(x, b, false); return;
-    case DType::kQ5_K: QuantizeK(x, b, true); return;
+    case DType::kQ4_K:
+      QuantizeK(x, b, false);
+      return;
+    case DType::kQ5_K:
+      QuantizeK(x, b, true);
+      return;
     case DType::kQ6_K: {
       float scale[16];
       float max_abs_scale = 0.0f;

@@ -51,12 +51,13 @@ TEST(GgufTest, ParsesMetadataAndTensors) {
           .StrArray("tokens", {"a", "", "\xe2\x96\x81hello"})
           .I32Array("types", {1, 3, -1})
           .F32Tensor("b", {3}, bias)
-          .Tensor("w", {32, 2}, 8, [&] {
-            std::vector<uint8_t> rows = Q8Row({matrix.begin(), matrix.begin() + 32});
-            std::vector<uint8_t> second = Q8Row({matrix.begin() + 32, matrix.end()});
-            rows.insert(rows.end(), second.begin(), second.end());
-            return rows;
-          }())
+          .Tensor("w", {32, 2}, 8,
+                  [&] {
+                    std::vector<uint8_t> rows = Q8Row({matrix.begin(), matrix.begin() + 32});
+                    std::vector<uint8_t> second = Q8Row({matrix.begin() + 32, matrix.end()});
+                    rows.insert(rows.end(), second.begin(), second.end());
+                    return rows;
+                  }())
           .Build();
   absl::StatusOr<std::unique_ptr<GgufFile>> file = ParseBytes(bytes);
   ASSERT_TRUE(file.ok()) << file.status();
@@ -111,8 +112,7 @@ TEST(GgufTest, ParsesMetadataAndTensors) {
 }
 
 TEST(GgufTest, AcceptsVersion2AndNoTensors) {
-  absl::StatusOr<std::unique_ptr<GgufFile>> file =
-      ParseBytes(GgufBuilder(2).U32("k", 1).Build());
+  absl::StatusOr<std::unique_ptr<GgufFile>> file = ParseBytes(GgufBuilder(2).U32("k", 1).Build());
   ASSERT_TRUE(file.ok()) << file.status();
   EXPECT_EQ((*file)->version(), 2u);
   EXPECT_TRUE((*file)->tensors().empty());
@@ -164,8 +164,7 @@ TEST(GgufTest, RefusesMalformedFiles) {
        absl::StatusCode::kDataLoss, "promises"},
       {"duplicate key", GgufBuilder().U32("k", 1).U32("k", 2).Build(),
        absl::StatusCode::kInvalidArgument, "'k' repeats"},
-      {"duplicate tensor",
-       GgufBuilder().F32Tensor("t", {1}, {1}).F32Tensor("t", {1}, {2}).Build(),
+      {"duplicate tensor", GgufBuilder().F32Tensor("t", {1}, {1}).F32Tensor("t", {1}, {2}).Build(),
        absl::StatusCode::kInvalidArgument, "'t' appears twice"},
       {"bad alignment", GgufBuilder().U32("general.alignment", 3).Build(),
        absl::StatusCode::kInvalidArgument, "power of two"},
@@ -231,7 +230,8 @@ std::vector<uint8_t> TinyLlama(const std::string& arch, bool tied) {
       .U32("tokenizer.ggml.eot_token_id", 3)
       .F32Tensor("token_embd.weight", {h, vocab}, rows_numbered(vocab, hidden))
       .F32Tensor("blk.0.attn_norm.weight", {h}, std::vector<float>(hidden, 1.0f))
-      .F32Tensor("blk.0.attn_q.weight", {h, heads * head_dim}, rows_numbered(heads * head_dim, hidden))
+      .F32Tensor("blk.0.attn_q.weight", {h, heads * head_dim},
+                 rows_numbered(heads * head_dim, hidden))
       .F32Tensor("blk.0.attn_k.weight", {h, kv_heads * head_dim},
                  rows_numbered(kv_heads * head_dim, hidden))
       .F32Tensor("blk.0.attn_v.weight", {h, kv_heads * head_dim},
@@ -258,8 +258,8 @@ TEST(GgufModelTest, LlamaConfigAndUnpermutedRows) {
   TempFolder folder;
   const std::string path = folder.File("tiny.bin");  // recognised by content, not by name
   const std::vector<uint8_t> bytes = TinyLlama("llama", true);
-  testing_util::WriteBytes(path, std::string_view(reinterpret_cast<const char*>(bytes.data()),
-                                                  bytes.size()));
+  testing_util::WriteBytes(
+      path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
   ASSERT_TRUE(IsGgufFile(path));
   absl::StatusOr<Checkpoint> checkpoint = Checkpoint::Open(path);
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
