@@ -338,7 +338,11 @@ class GgufParser {
                    StrCat(what, " data offset ", t.offset, " is not a multiple of the alignment ",
                           file_.alignment_));
     }
-    // Bytes = rows * row bytes, without overflow: row bytes <= 2x elements of the row.
+    // Bytes = rows * row bytes, each step checked for overflow.
+    const DTypeTraits traits = TraitsOf(t.dtype);
+    if (t.dims[0] / traits.block_elems > INT64_MAX / traits.block_bytes) {
+      return Error(absl::StatusCode::kInvalidArgument, StrCat(what, " is too large"));
+    }
     const int64_t rows = t.dims[0] == 0 ? 0 : elements / t.dims[0];
     const int64_t row_bytes = DTypeRowBytes(t.dtype, t.dims[0]);
     if (row_bytes != 0 && rows > INT64_MAX / row_bytes) {

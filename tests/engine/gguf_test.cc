@@ -172,6 +172,8 @@ TEST(GgufTest, RefusesMalformedFiles) {
        absl::StatusCode::kInvalidArgument, "5 dims"},
       {"dims overflow", GgufBuilder().F32Tensor("t", {1ull << 40, 1ull << 40}, {1}).Build(),
        absl::StatusCode::kInvalidArgument, "overflows"},
+      {"row bytes overflow", GgufBuilder().F32Tensor("t", {1ull << 62}, {1}).Build(),
+       absl::StatusCode::kInvalidArgument, "too large"},
       {"unsupported type", GgufBuilder().Tensor("t", {32}, 6, std::vector<uint8_t>(22)).Build(),
        absl::StatusCode::kUnimplemented, "type Q5_0"},
       {"unknown type", GgufBuilder().Tensor("t", {32}, 99, std::vector<uint8_t>(22)).Build(),
