@@ -154,9 +154,8 @@ nlohmann::json RunOne(const RunSettings& s, int threads, int batch, double bandw
       best.prefill_ms = std::min(best.prefill_ms, stats.prefill_ms);
     }
   }
-  // A decode step reads every weight except the embedding table (one row of it).
-  const int64_t embed_bytes = int64_t{info.vocab_size} * info.hidden_size * DTypeSize(info.weight_dtype);
-  const int64_t decode_bytes = info.weight_bytes - embed_bytes;
+  // A decode step reads every matrix once (the embedding table only when it is the tied LM head).
+  const int64_t decode_bytes = info.decode_weight_bytes;
   const double decode_steps = static_cast<double>(best.decode_tokens) / batch;
   const double step_ms = decode_steps > 0 ? best.decode_ms / decode_steps : 0;
   const double decode_tps = best.decode_ms > 0 ? best.decode_tokens * 1000.0 / best.decode_ms : 0;
@@ -192,7 +191,7 @@ nlohmann::json RunOne(const RunSettings& s, int threads, int batch, double bandw
 int Run(const std::vector<std::string>& args) {
   RunSettings s;
   cli::FlagSet flags("usage: loom_engine_bench run --model DIR [flags]");
-  flags.String("model", &s.model, "Hugging Face model folder");
+  flags.String("model", &s.model, "Hugging Face model folder or GGUF file");
   flags.String("threads", &s.threads, "comma-separated thread counts");
   flags.String("batch", &s.batches, "comma-separated batch sizes (sequences)");
   flags.Int("prompt-len", &s.prompt_len, "prompt tokens per sequence");

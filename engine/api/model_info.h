@@ -30,6 +30,9 @@ struct ModelInfo {
   DType weight_dtype = DType::kBF16;
   int64_t num_parameters = 0;
   int64_t weight_bytes = 0;
+  // Weight bytes one decode step reads: every matrix once, the embedding table only when it is
+  // also the (tied) LM head (otherwise one row of it, not counted).
+  int64_t decode_weight_bytes = 0;
 };
 
 // The physical KV pool as the scheduler sees it: `num_blocks` blocks of `block_size` tokens.

@@ -91,6 +91,11 @@ ModelInfo MakeModelInfo(const EngineConfig& engine, const ModelConfig& m, const 
   }
   info.num_parameters = ckpt.num_parameters();
   info.weight_bytes = ckpt.total_bytes();
+  info.decode_weight_bytes = info.weight_bytes;
+  const TensorInfo* embedding = ckpt.Find("model.embed_tokens.weight");
+  if (embedding != nullptr && !m.tie_word_embeddings) {
+    info.decode_weight_bytes -= embedding->num_bytes;
+  }
   return info;
 }
 
