@@ -42,6 +42,7 @@ RopeTable::RopeTable(const RopeConfig& config, int32_t rotary_dim) : rotary_dim_
         inv = Llama3Scale(inv, config);
         break;
     }
+    if (static_cast<size_t>(i) < config.freq_factors.size()) inv /= config.freq_factors[i];
     inv_freq_[i] = inv;
   }
 }

@@ -28,6 +28,9 @@ struct RopeConfig {
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   int64_t original_max_position_embeddings = 8192;
+  // Per-frequency divisors applied after the scaling above (inv_freq[i] /= freq_factors[i]): how
+  // GGUF files carry Llama 3.1 scaling (the `rope_freqs` tensor). Empty: none.
+  std::vector<float> freq_factors;
 };
 
 struct ModelConfig {

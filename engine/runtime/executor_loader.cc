@@ -21,7 +21,9 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir, const GgufFi
     // A GGUF file carries its hyper-parameters as metadata: seen as the config.json they make.
     LOOM_ASSIGN_OR_RETURN(const std::string text, GgufConfigJson(*gguf));
     LOOM_ASSIGN_OR_RETURN(const Json json, Json::Parse(text, dir + " (metadata)"));
-    return ParseModelConfig(json);
+    LOOM_ASSIGN_OR_RETURN(ModelConfig config, ParseModelConfig(json));
+    LOOM_ASSIGN_OR_RETURN(config.rope.freq_factors, GgufRopeFactors(*gguf, config.head_dim));
+    return config;
   }
   LOOM_ASSIGN_OR_RETURN(const std::string text, ReadFile(dir + "/config.json", 16 << 20));
   LOOM_ASSIGN_OR_RETURN(const Json json, Json::Parse(text, dir + "/config.json"));
@@ -114,6 +116,7 @@ absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(const Engin
   std::vector<std::string> unexpected;
   LOOM_ASSIGN_OR_RETURN(DecoderWeights weights,
                         BindDecoderWeights(model_config, *ex->checkpoint_, &unexpected));
+  std::erase(unexpected, "rope_freqs.weight");  // a GGUF file's RoPE factors, read above
   if (!unexpected.empty()) {
     LOOM_LOG(kWarning, config.model_dir, ": ignoring ", unexpected.size(),
              " tensors the architecture does not use, e.g. ", unexpected.front());

@@ -249,12 +249,6 @@ absl::StatusOr<std::string> GgufConfigJson(const GgufFile& file) {
     w.Double(factor ? *factor : 1.0);
     w.EndObject();
   }
-  if (file.FindTensor("rope_freqs.weight") != nullptr) {
-    return absl::UnimplementedError(
-        StrCat(file.path(),
-               ": per-dimension RoPE frequency factors (rope_freqs, Llama 3.1 "
-               "scaling) are not supported yet"));
-  }
   w.Key("tie_word_embeddings");
   w.Bool(file.FindTensor("output.weight") == nullptr);
   if (arch->gguf == std::string_view("llama")) {
@@ -282,6 +276,24 @@ absl::StatusOr<std::string> GgufConfigJson(const GgufFile& file) {
   w.String("float32");
   w.EndObject();
   return std::move(w).Take();
+}
+
+absl::StatusOr<std::vector<float>> GgufRopeFactors(const GgufFile& file, int64_t head_dim) {
+  const GgufTensor* t = file.FindTensor("rope_freqs.weight");
+  if (t == nullptr) return std::vector<float>();
+  if (t->dtype != DType::kF32 || t->shape != std::vector<int64_t>{head_dim / 2}) {
+    return absl::InvalidArgumentError(StrCat(file.path(), ": rope_freqs.weight must be f32 [",
+                                             head_dim / 2, "]"));
+  }
+  std::vector<float> factors(static_cast<size_t>(head_dim / 2));
+  std::memcpy(factors.data(), t->data, factors.size() * sizeof(float));
+  for (float f : factors) {
+    if (!(f > 0.0f && f < 1e30f)) {
+      return absl::InvalidArgumentError(
+          StrCat(file.path(), ": rope_freqs.weight holds a factor that is not positive and finite"));
+    }
+  }
+  return factors;
 }
 
 absl::StatusOr<std::unique_ptr<GgufTensorView>> MapGgufTensors(const GgufFile& file) {

@@ -11,7 +11,8 @@
 //   blk.N.attn_norm -> input_layernorm        blk.N.ffn_norm -> post_attention_layernorm
 //   blk.N.attn_{q,k,v} -> self_attn.{q,k,v}_proj    blk.N.attn_output -> self_attn.o_proj
 //   blk.N.attn_{q,k}_norm -> self_attn.{q,k}_norm   blk.N.ffn_{gate,up,down} -> mlp.*_proj
-// (".weight" / ".bias" kept). Other tensors keep their GGUF names (the binder warns about them).
+// (".weight" / ".bias" kept). Other tensors keep their GGUF names (the binder warns about them);
+// `rope_freqs.weight` (Llama 3.1 scaling as per-frequency divisors) is read by GgufRopeFactors.
 //
 // RoPE: llama.cpp's converter permutes the rows of `llama` q/k projections (and biases) so that
 // its interleaved RoPE computes what Hugging Face's half-split RoPE computes on the original rows.
@@ -44,6 +45,10 @@ struct GgufTensorView {
   std::vector<std::unique_ptr<uint8_t[]>> owned;
 };
 absl::StatusOr<std::unique_ptr<GgufTensorView>> MapGgufTensors(const GgufFile& file);
+
+// The `rope_freqs` divisors of `file` (f32, head_dim / 2 of them, all positive and finite), empty
+// when it has none. InvalidArgument for a malformed tensor.
+absl::StatusOr<std::vector<float>> GgufRopeFactors(const GgufFile& file, int64_t head_dim);
 
 // The Hugging Face name of a GGUF tensor name (unchanged when it has none).
 std::string HfTensorName(std::string_view gguf_name);

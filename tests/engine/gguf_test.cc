@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/common/json.h"
+#include "engine/layers/rope_table.h"
 #include "engine/models/architecture.h"
 #include "engine/weights/checkpoint.h"
 #include "engine/weights/gguf_model.h"
@@ -334,6 +335,36 @@ TEST(GgufModelTest, RefusesUnknownArchitectureAndMissingKeys) {
   ASSERT_TRUE(file.ok());
   status = GgufConfigJson(**file).status();
   LOOM_EXPECT_CONTAINS(std::string(status.message()), "general.architecture");
+}
+
+// Llama 3.1 scaling as GGUF carries it: per-frequency divisors that reproduce the llama3 formula.
+TEST(GgufModelTest, RopeFreqFactorsReproduceLlama3Scaling) {
+  RopeConfig llama3;
+  llama3.theta = 500000.0;
+  llama3.scaling = RopeConfig::Scaling::kLlama3;
+  llama3.factor = 8.0;
+  const RopeTable scaled(llama3, 64);
+  RopeConfig plain;
+  plain.theta = 500000.0;
+  const RopeTable unscaled(plain, 64);
+  std::vector<float> factors(32);
+  for (int i = 0; i < 32; ++i) factors[i] = unscaled.inv_freq()[i] / scaled.inv_freq()[i];
+  const std::vector<uint8_t> bytes = GgufBuilder()
+                                         .Str("general.architecture", "llama")
+                                         .F32Tensor("rope_freqs.weight", {32}, factors)
+                                         .Build();
+  absl::StatusOr<std::unique_ptr<GgufFile>> file = ParseBytes(bytes);
+  ASSERT_TRUE(file.ok()) << file.status();
+  absl::StatusOr<std::vector<float>> read = GgufRopeFactors(**file, 64);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, factors);
+  plain.freq_factors = *read;
+  const RopeTable from_factors(plain, 64);
+  for (int i = 0; i < 32; ++i) {
+    EXPECT_NEAR(from_factors.inv_freq()[i], scaled.inv_freq()[i], 1e-6f * scaled.inv_freq()[i]);
+  }
+  EXPECT_GT(factors[31], 7.9f);  // the lowest frequency is divided by the factor
+  EXPECT_FALSE(GgufRopeFactors(**file, 32).ok());  // wrong length
 }
 
 // The real default model, when install-deps has fetched it.
