@@ -200,7 +200,8 @@ __device__ __forceinline__ void DequantGroup(const uint8_t* row, int32_t g, floa
     uint32_t ql[8], qh[8];
     LoadWords<32, 2>(b + 64 * h + 32 * (sub & 1), ql);
     LoadWords<32, 2>(b + 128 + 32 * h, qh);
-    const uint32_t scales = __ldg(reinterpret_cast<const unsigned short*>(b + 192 + 8 * h + 2 * sub));
+    const uint32_t scales =
+        __ldg(reinterpret_cast<const unsigned short*>(b + 192 + 8 * h + 2 * sub));
     const float d = LoadHalfAligned(b + 208);
     const float d0 = d * static_cast<float>(static_cast<int8_t>(scales & 0xffu));
     const float d1 = d * static_cast<float>(static_cast<int8_t>(scales >> 8));
