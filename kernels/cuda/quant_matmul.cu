@@ -18,9 +18,9 @@ constexpr int kGroupElems = 32;
 // x in shared memory: each group of 32 floats is followed by 4 unused ones, so lane l's float4
 // reads (at 36 l + 4 c floats) of one quarter-warp cover all 32 banks once.
 constexpr int kGroupStride = 36;
-// Groups of the reduction dimension staged per chunk: one per lane.
-constexpr int kChunkGroups = 32;
-constexpr int kXRowFloats = kChunkGroups * kGroupStride;
+// Shared memory for the staged x: as many groups per chunk (a multiple of 32, one or more per
+// lane) as fit, so that a short reduction is staged once and walked without further barriers.
+constexpr size_t kMaxStageBytes = 48 << 10;
 constexpr int kFeaturesPerWarp = 2;
 constexpr int kMaxGemvThreads = 256;
 
@@ -31,6 +31,7 @@ struct GemvParams {
   const float* x;
   int64_t x_stride;
   int32_t num_rows;
+  int32_t chunk_groups;  // groups staged per chunk, a multiple of 32
   const uint8_t* weight;
   int64_t row_bytes;
   int32_t out_features;
@@ -64,26 +65,28 @@ __global__ void __launch_bounds__(kMaxGemvThreads) QuantGemvKernel(GemvParams p)
   }
   float acc[kFeaturesPerWarp][kQuantGemvMaxRows] = {};
   const int32_t num_groups = p.in_features / kGroupElems;
-  for (int32_t g0 = 0; g0 < num_groups; g0 += kChunkGroups) {
-    const int32_t chunk_groups = min(kChunkGroups, num_groups - g0);
+  const int32_t x_row_floats = p.chunk_groups * kGroupStride;
+  for (int32_t g0 = 0; g0 < num_groups; g0 += p.chunk_groups) {
+    const int32_t chunk_groups = min(p.chunk_groups, num_groups - g0);
     const int32_t chunk_elems = chunk_groups * kGroupElems;
     __syncthreads();  // every warp is done with the previous chunk
     for (int32_t i = threadIdx.x; i < p.num_rows * chunk_elems; i += blockDim.x) {
       const int32_t r = i / chunk_elems;
       const int32_t e = i - r * chunk_elems;
-      xs[r * kXRowFloats + (e >> 5) * kGroupStride + (e & 31)] =
+      xs[r * x_row_floats + (e >> 5) * kGroupStride + (e & 31)] =
           p.x[r * p.x_stride + int64_t{g0} * kGroupElems + e];
     }
     __syncthreads();
-    if (lane < chunk_groups) {
+#pragma unroll 2
+    for (int32_t g = lane; g < chunk_groups; g += 32) {
       float w[kFeaturesPerWarp][kGroupElems];
 #pragma unroll
-      for (int f = 0; f < kFeaturesPerWarp; ++f) DequantGroup<F>(rows[f], g0 + lane, w[f]);
+      for (int f = 0; f < kFeaturesPerWarp; ++f) DequantGroup<F>(rows[f], g0 + g, w[f]);
 #pragma unroll
       for (int r = 0; r < kQuantGemvMaxRows; ++r) {
         if (r >= p.num_rows) break;
         const float4* xr =
-            reinterpret_cast<const float4*>(xs + r * kXRowFloats + lane * kGroupStride);
+            reinterpret_cast<const float4*>(xs + r * x_row_floats + g * kGroupStride);
 #pragma unroll
         for (int c = 0; c < kGroupElems / 4; ++c) {
           const float4 v = xr[c];
@@ -196,14 +199,18 @@ cudaError_t QuantGemv(const float* x, int64_t x_stride, int32_t num_rows, const 
     return cudaErrorInvalidValue;
   }
   if (num_rows == 0 || out_features == 0) return cudaSuccess;
-  const GemvParams p{x, x_stride, num_rows, static_cast<const uint8_t*>(weight),
-                     DTypeRowBytes(dtype, in_features), out_features, in_features, bias, y,
-                     y_stride};
+  const int32_t num_groups = in_features / kGroupElems;
+  const size_t group_bytes = size_t(num_rows) * kGroupStride * sizeof(float);
+  const int32_t fitting = static_cast<int32_t>(kMaxStageBytes / group_bytes) / 32 * 32;
+  const int32_t chunk_groups = std::min(fitting, (num_groups + 31) / 32 * 32);
+  const GemvParams p{x, x_stride, num_rows, std::max(chunk_groups, 32),
+                     static_cast<const uint8_t*>(weight), DTypeRowBytes(dtype, in_features),
+                     out_features, in_features, bias, y, y_stride};
   // More warps per block when x is wider: its staging is then shared by more features.
   const int warps = num_rows > 2 ? kMaxGemvThreads / 32 : kMaxGemvThreads / 64;
   const int64_t features_per_block = int64_t{warps} * kFeaturesPerWarp;
   const int64_t blocks = (out_features + features_per_block - 1) / features_per_block;
-  const size_t smem_bytes = size_t(num_rows) * kXRowFloats * sizeof(float);
+  const size_t smem_bytes = size_t(p.chunk_groups) * group_bytes;
   return DispatchQuantFormat(dtype, [&](auto tag) {
     constexpr DType F = decltype(tag)::value;
     QuantGemvKernel<F><<<static_cast<unsigned>(blocks), warps * 32, smem_bytes, stream>>>(p);

@@ -11,14 +11,15 @@
 //                   out: contiguous rows of f32 (DequantizeRows also bf16)
 //
 // QuantGemv work split. A block of 4 warps (8 when num_rows > 2) owns 2 output features per warp.
-// The reduction dimension is walked in chunks of 1024 elements: the block stages x[:, chunk]
-// in shared memory (f32, each 32-element group padded to 36 floats so the float4 reads of a
-// warp hit distinct banks), then lane l of a warp takes the 32-element group l of the chunk for
-// both of its output features: it loads the group's bytes with the widest loads the format's
-// alignment allows, dequantizes them in registers and accumulates their dot product with every x
-// row in f32. A warp-shuffle sum ends each output. Each weight byte is read once; x is read from
-// L2 once per block and chunk. Bytes moved: out_features * DTypeRowBytes(dtype, in_features)
-// + num_rows * (in_features + out_features) * 4 (+ the bias).
+// The reduction dimension is walked in chunks of as many 32-element groups as 48 KiB of shared
+// memory holds for num_rows rows of x (a multiple of 32 groups: 10240 elements for one row, 1024
+// for eight): the block stages x[:, chunk] in shared memory (f32, each group padded to 36 floats
+// so the float4 reads of a quarter-warp hit distinct banks), then lane l of a warp takes groups
+// l, l + 32, ... of the chunk for both of its output features: it loads a group's bytes with the
+// widest loads the format's alignment allows, dequantizes them in registers and accumulates
+// their dot product with every x row in f32. A warp-shuffle sum ends each output. Each weight
+// byte is read once; x is read from L2 once per block. Bytes moved: out_features *
+// DTypeRowBytes(dtype, in_features) + num_rows * (in_features + out_features) * 4 (+ the bias).
 //
 // Dequantization work split: one thread per output element (grid-stride), so loads of the
 // quantized bytes and stores of the outputs are both coalesced. The values are computed in f32 in

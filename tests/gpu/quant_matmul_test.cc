@@ -102,7 +102,8 @@ TEST_F(QuantMatmulTest, GemvMatchesReference) {
   std::mt19937 rng(11);
   for (DType dtype : kFormats) {
     for (int32_t rows = 1; rows <= cuda::kQuantGemvMaxRows; ++rows) {
-      const int64_t in = rows % 2 == 0 ? 1280 : 4352;
+      // One chunk with several groups per lane, several chunks, a partial chunk.
+      const int64_t in = rows % 3 == 0 ? 1280 : (rows % 3 == 1 ? 14336 : 4352);
       const int32_t out = rows % 3 == 0 ? 1 : 67;
       const bool with_bias = rows % 2 == 1;
       SCOPED_TRACE(testing::Message() << DTypeName(dtype) << " rows=" << rows << " in=" << in
