@@ -1,8 +1,11 @@
 #include "engine/backend/cuda/cuda_ops.h"
 
 #include <algorithm>
+#include <string>
 
 #include <cublas_v2.h>
+
+#include "absl/strings/str_cat.h"
 
 #include "engine/backend/cuda/cuda_status.h"
 #include "engine/common/logging.h"
@@ -13,6 +16,7 @@
 #include "kernels/cuda/kv_write.h"
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cuda/prefill_attention.h"
+#include "kernels/cuda/quant_matmul.h"
 #include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/rope.h"
 
@@ -21,6 +25,8 @@ namespace {
 
 // cuBLAS's workspace: what NVIDIA recommends for Hopper (32 MiB) is plenty for every shape here.
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+// Rows of a dequantized weight tile come in multiples of this (a GEMM tile size).
+constexpr int64_t kQuantTileRowMultiple = 64;
 
 cudaDataType CudaType(DType dtype) {
   switch (dtype) {
@@ -32,8 +38,14 @@ cudaDataType CudaType(DType dtype) {
 
 }  // namespace
 
+int64_t CudaOps::QuantTileRows(int64_t max_in_features) {
+  const int64_t rows = kQuantTileBytes / (2 * std::max<int64_t>(max_in_features, 1));
+  return std::max(kQuantTileRowMultiple, rows / kQuantTileRowMultiple * kQuantTileRowMultiple);
+}
+
 CudaOps::~CudaOps() {
   cudaFree(act16_);
+  cudaFree(quant_tile_);
   cudaFree(attention_workspace_);
   cudaFree(cublas_workspace_);
 }
@@ -64,6 +76,9 @@ absl::Status CudaOps::Reserve(const OpsLimits& limits) {
       limits.max_seq_len);
   LOOM_CUDA_RETURN_IF_ERROR(
       cudaMalloc(&attention_workspace_, std::max<size_t>(attention_workspace_bytes_, 256)));
+  quant_tile_rows_ = QuantTileRows(limits.max_in_features);
+  LOOM_CUDA_RETURN_IF_ERROR(cudaMalloc(
+      &quant_tile_, std::max<int64_t>(quant_tile_rows_ * limits.max_in_features * 2, 256)));
   LOOM_CUDA_RETURN_IF_ERROR(cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes));
   LOOM_CUBLAS_RETURN_IF_ERROR(
       cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes));
@@ -73,6 +88,17 @@ absl::Status CudaOps::Reserve(const OpsLimits& limits) {
 
 void CudaOps::Embedding(const int32_t* token_ids, int32_t num_tokens, const WeightView& table,
                         float* out) {
+  if (IsQuantizedDType(table.dtype)) {
+    LOOM_CUDA_RECORD(cuda::QuantEmbedding(token_ids, num_tokens, table.data, table.dtype,
+                                          static_cast<int32_t>(table.cols), out, stream_));
+    return;
+  }
+  if (!IsFloatDType(table.dtype)) {
+    Record(absl::InvalidArgumentError(
+        absl::StrCat("CudaOps::Embedding: no CUDA kernel for a table of dtype ",
+                     std::string(DTypeName(table.dtype)))));
+    return;
+  }
   LOOM_CUDA_RECORD(cuda::Embedding(token_ids, num_tokens, table.data, table.dtype,
                                    static_cast<int32_t>(table.cols), out, stream_));
 }
@@ -93,44 +119,81 @@ void CudaOps::Add(float* residual, const float* delta, int64_t num_elements) {
   LOOM_CUDA_RECORD(cuda::Add(residual, delta, num_elements, stream_));
 }
 
+// Each output by its weight's format: 16-bit and f32 weights through cuBLAS; quantized ones
+// through the GEMV kernel for decode-sized batches, else tile by tile of rows dequantized to bf16
+// and cuBLAS; any other dtype is refused (a recorded error, never a wrong result).
 void CudaOps::Linear(const float* x, int64_t x_stride, int32_t num_rows,
                      std::span<const LinearOutput> outputs) {
   if (num_rows == 0) return;
   LOOM_CHECK(reserved_, "CudaOps used before Reserve");
   LOOM_CHECK(num_rows <= limits_.max_num_tokens, "Linear over ", num_rows, " rows, reserved ",
              limits_.max_num_tokens);
-  const float alpha = 1.0f, beta = 0.0f;
   DType converted = DType::kF32;  // the type act16_ holds for this call (f32: none yet)
   for (const LinearOutput& output : outputs) {
     const WeightView& w = output.weight->weight;
-    const int64_t in = w.cols;
-    const void* input = x;
-    int64_t input_stride = x_stride;
-    if (w.dtype != DType::kF32) {
-      LOOM_CHECK(in <= limits_.max_in_features, "Linear input of ", in, " features, reserved ",
-                 limits_.max_in_features);
-      if (converted != w.dtype) {
-        LOOM_CUDA_RECORD(cuda::ConvertRows(x, x_stride, num_rows, static_cast<int32_t>(in),
-                                           w.dtype, act16_, stream_));
-        converted = w.dtype;
-      }
-      input = act16_;
-      input_stride = in;
+    if (IsQuantizedDType(w.dtype) && num_rows <= cuda::kQuantGemvMaxRows) {
+      // The bias is added by the kernel.
+      LOOM_CUDA_RECORD(cuda::QuantGemv(x, x_stride, num_rows, w.data, w.dtype,
+                                       static_cast<int32_t>(w.rows), static_cast<int32_t>(w.cols),
+                                       output.weight->bias, output.out, output.out_stride,
+                                       stream_));
+      continue;
     }
-    // Column-major view: out^T [out_features, rows] = W [in, out_features]^T . x^T [in, rows].
-    const cudaDataType type = CudaType(w.dtype);
-    const cublasStatus_t status = cublasGemmEx(
-        cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows), num_rows,
-        static_cast<int>(in), &alpha, w.data, type, static_cast<int>(in), input, type,
-        static_cast<int>(input_stride), &beta, output.out, CUDA_R_32F,
-        static_cast<int>(output.out_stride), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    if (status != CUBLAS_STATUS_SUCCESS) {
-      Record(CublasStatus(status, "cublasGemmEx", __FILE__, __LINE__));
+    if (IsQuantizedDType(w.dtype)) {
+      const void* input = RoundInput(x, x_stride, num_rows, w.cols, DType::kBF16, converted);
+      for (int64_t first = 0; first < w.rows; first += quant_tile_rows_) {
+        const int64_t tile_rows = std::min(quant_tile_rows_, w.rows - first);
+        LOOM_CUDA_RECORD(cuda::DequantizeRows(w.data, w.dtype, first,
+                                              static_cast<int32_t>(tile_rows),
+                                              static_cast<int32_t>(w.cols), DType::kBF16,
+                                              quant_tile_, stream_));
+        Gemm(quant_tile_, DType::kBF16, tile_rows, w.cols, input, w.cols, num_rows,
+             output.out + first, output.out_stride);
+      }
+    } else if (w.dtype == DType::kF32) {
+      Gemm(w.data, w.dtype, w.rows, w.cols, x, x_stride, num_rows, output.out, output.out_stride);
+    } else if (IsFloatDType(w.dtype)) {
+      const void* input = RoundInput(x, x_stride, num_rows, w.cols, w.dtype, converted);
+      Gemm(w.data, w.dtype, w.rows, w.cols, input, w.cols, num_rows, output.out,
+           output.out_stride);
+    } else {
+      Record(absl::InvalidArgumentError(
+          absl::StrCat("CudaOps::Linear: no CUDA kernel for weights of dtype ",
+                       std::string(DTypeName(w.dtype)))));
+      continue;
     }
     if (output.weight->bias != nullptr) {
       LOOM_CUDA_RECORD(cuda::AddBias(output.out, output.out_stride, num_rows,
                                      static_cast<int32_t>(w.rows), output.weight->bias, stream_));
     }
+  }
+}
+
+const void* CudaOps::RoundInput(const float* x, int64_t x_stride, int32_t num_rows,
+                                int64_t in_features, DType dtype, DType& converted) {
+  LOOM_CHECK(in_features <= limits_.max_in_features, "Linear input of ", in_features,
+             " features, reserved ", limits_.max_in_features);
+  if (converted != dtype) {
+    LOOM_CUDA_RECORD(cuda::ConvertRows(x, x_stride, num_rows, static_cast<int32_t>(in_features),
+                                       dtype, act16_, stream_));
+    converted = dtype;
+  }
+  return act16_;
+}
+
+void CudaOps::Gemm(const void* w, DType dtype, int64_t out_features, int64_t in_features,
+                   const void* input, int64_t input_stride, int32_t num_rows, float* out,
+                   int64_t out_stride) {
+  const float alpha = 1.0f, beta = 0.0f;
+  // Column-major view: out^T [out_features, rows] = W [in, out_features]^T . x^T [in, rows].
+  const cudaDataType type = CudaType(dtype);
+  const cublasStatus_t status = cublasGemmEx(
+      cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(out_features), num_rows,
+      static_cast<int>(in_features), &alpha, w, type, static_cast<int>(in_features), input, type,
+      static_cast<int>(input_stride), &beta, out, CUDA_R_32F, static_cast<int>(out_stride),
+      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    Record(CublasStatus(status, "cublasGemmEx", __FILE__, __LINE__));
   }
 }
 

@@ -7,6 +7,12 @@
 // (cublasGemmEx, CUBLAS_COMPUTE_32F); f32 weights multiply in full f32. The rounding of the
 // activations is the one difference from the CPU backend's f32 matmuls, worth ~3 significant
 // digits per matmul input (the model-level tolerance of tests/gpu/model_parity_test.cc).
+// Block-quantized weights (q8_0 ... q6_k): up to cuda::kQuantGemvMaxRows input rows go to the
+// GEMV kernel (kernels/cuda/quant_matmul.h), which dequantizes in registers and keeps the input
+// in f32; larger batches round the input to bf16 and multiply tile by tile: kQuantTileBytes of
+// weight rows dequantized to bf16 in a workspace, then cublasGemmEx as for bf16 weights. A
+// quantized embedding table is dequantized row by row (exactly, as ref::DequantizeRow). A
+// weight dtype without a kernel is recorded as InvalidArgument, never computed.
 //
 // Errors. Ops return nothing: the first failure of a launch or a cuBLAS call is kept (with its
 // call site) and reported by TakeError, which the backend's Synchronize calls. Sizes beyond the
@@ -34,9 +40,18 @@ class CudaOps final : public Ops {
   CudaOps(const CudaOps&) = delete;
   CudaOps& operator=(const CudaOps&) = delete;
 
-  // Allocates the workspace: 16-bit copies of the widest Linear input, the split-KV partial
-  // results of the decode attention, and cuBLAS's own workspace (set on the handle so that
-  // cuBLAS never allocates, which CUDA graph capture requires).
+  // Bytes of the bf16 tile that quantized weights are dequantized into for a Linear of more
+  // than cuda::kQuantGemvMaxRows rows (small enough to stay in the L2 cache between the
+  // dequantization and the GEMM that reads it).
+  static constexpr int64_t kQuantTileBytes = int64_t{16} << 20;
+  // Weight rows per dequantized tile when Linear inputs are at most max_in_features wide: a
+  // multiple of 64, at least 64.
+  static int64_t QuantTileRows(int64_t max_in_features);
+
+  // Allocates the workspace: 16-bit copies of the widest Linear input, the bf16 tile for
+  // quantized weights (QuantTileRows(max_in_features) rows of max_in_features), the split-KV
+  // partial results of the decode attention, and cuBLAS's own workspace (set on the handle so
+  // that cuBLAS never allocates, which CUDA graph capture requires).
   absl::Status Reserve(const OpsLimits& limits) override;
 
   void Embedding(const int32_t* token_ids, int32_t num_tokens, const WeightView& table,
@@ -62,6 +77,15 @@ class CudaOps final : public Ops {
 
  private:
   void RecordCuda(cudaError_t error, const char* what, int line);
+  // x rounded to `dtype` in act16_ (converted only when `converted` says act16_ holds another
+  // type; updated).
+  const void* RoundInput(const float* x, int64_t x_stride, int32_t num_rows, int64_t in_features,
+                         DType dtype, DType& converted);
+  // out[r, o] = input[r, :] . w[o, :] for w [out_features, in_features] and input of `dtype`
+  // (f32, bf16 or f16), through cublasGemmEx with f32 accumulation and output.
+  void Gemm(const void* w, DType dtype, int64_t out_features, int64_t in_features,
+            const void* input, int64_t input_stride, int32_t num_rows, float* out,
+            int64_t out_stride);
 
   cudaStream_t stream_;
   cublasHandle_t cublas_;
@@ -70,6 +94,9 @@ class CudaOps final : public Ops {
   // Linear inputs rounded to 16 bits: [max_num_tokens, max_in_features].
   void* act16_ = nullptr;
   int64_t act16_bytes_ = 0;
+  // Dequantized weight rows: [quant_tile_rows_, max_in_features] bf16.
+  void* quant_tile_ = nullptr;
+  int64_t quant_tile_rows_ = 0;
   void* attention_workspace_ = nullptr;
   size_t attention_workspace_bytes_ = 0;
   void* cublas_workspace_ = nullptr;

@@ -1,0 +1,181 @@
+// Memory bandwidth of the CUDA kernels for block-quantized weights (kernels/cuda/quant_matmul.h):
+// the decode GEMV for every format at Llama-3-8B's matrix shapes, and the dequantization of a
+// weight tile to bf16 that larger batches feed to cuBLAS.
+//
+// A decode-sized matmul reads every weight byte once and little else, so GB/s against the
+// device's copy bandwidth is its roofline. Each benchmark counts the bytes its kernel must move
+// (the header's accounting: weight bytes + x + y, or quantized bytes read + bf16 bytes written),
+// times batches of launches with CUDA events (manual time) and reports:
+//   GBps           bytes moved / kernel time, in 1e9 bytes per second
+//   copy_fraction  GBps over the device-to-device cudaMemcpy bandwidth measured at start-up
+//   MiB_per_launch bytes moved per launch
+// Every launch reads a different copy of the weights, and the copies together are at least four
+// times the L2 cache, so the weights come from device memory as they do in a model's forward
+// pass (a single 9 MiB matrix would otherwise stay in the 50 MiB L2 and time the cache).
+// Without a CUDA device the program prints a line and exits 0 with no benchmarks.
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "kernels/common/dtype.h"
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/quant_matmul.h"
+
+namespace loom {
+namespace {
+
+constexpr int kLaunchesPerIteration = 10;
+constexpr int kMaxWeightCopies = 64;
+
+// Device memory filled with the byte 0x3c: halves of ~1.06, int8 quants of 60, f32 ~0.0115 (all
+// finite, so no NaN slows anything down).
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t bytes) {
+    LOOM_CUDA_CHECK(cudaMalloc(&data_, std::max<size_t>(bytes, 1)));
+    LOOM_CUDA_CHECK(cudaMemset(data_, 0x3c, std::max<size_t>(bytes, 1)));
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { cudaFree(data_); }
+
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  void* data_ = nullptr;
+};
+
+struct BenchContext {
+  cudaStream_t stream = nullptr;
+  double copy_bytes_per_second = 0.0;
+  size_t l2_bytes = 0;
+};
+
+// Enough copies of a `bytes`-sized weight that cycling through them misses the L2 cache.
+std::vector<std::unique_ptr<DeviceBuffer>> WeightCopies(size_t bytes, const BenchContext& ctx) {
+  const size_t wanted = (4 * std::max<size_t>(ctx.l2_bytes, size_t{1} << 20) + bytes - 1) / bytes;
+  const size_t copies = std::clamp<size_t>(wanted, 1, kMaxWeightCopies);
+  std::vector<std::unique_ptr<DeviceBuffer>> out;
+  for (size_t i = 0; i < copies; ++i) out.push_back(std::make_unique<DeviceBuffer>(bytes));
+  return out;
+}
+
+// Times `launch(i)` (which queues one kernel on the context's stream for launch number i and
+// returns its launch error) in batches, and sets the counters for `bytes` moved per launch.
+void TimeLaunches(benchmark::State& state, double bytes, const BenchContext& ctx,
+                  const std::function<cudaError_t(int)>& launch) {
+  cudaEvent_t start, stop;
+  LOOM_CUDA_CHECK(cudaEventCreate(&start));
+  LOOM_CUDA_CHECK(cudaEventCreate(&stop));
+  LOOM_CUDA_CHECK(launch(0));  // warm-up
+  double total_seconds = 0.0;
+  int next = 1;
+  for (auto _ : state) {
+    LOOM_CUDA_CHECK(cudaEventRecord(start, ctx.stream));
+    for (int i = 0; i < kLaunchesPerIteration; ++i) LOOM_CUDA_CHECK(launch(next++));
+    LOOM_CUDA_CHECK(cudaEventRecord(stop, ctx.stream));
+    LOOM_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.0f;
+    LOOM_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    const double seconds = ms * 1e-3 / kLaunchesPerIteration;
+    state.SetIterationTime(seconds);
+    total_seconds += seconds;
+  }
+  LOOM_CUDA_CHECK(cudaEventDestroy(start));
+  LOOM_CUDA_CHECK(cudaEventDestroy(stop));
+  const double bytes_per_second = bytes * state.iterations() / total_seconds;
+  state.counters["GBps"] = bytes_per_second / 1e9;
+  state.counters["copy_fraction"] = bytes_per_second / ctx.copy_bytes_per_second;
+  state.counters["MiB_per_launch"] = bytes / (1 << 20);
+}
+
+// y [rows, out] = x [rows, in] . W^T, W [out, in] in `dtype`.
+void BenchGemv(benchmark::State& state, const BenchContext& ctx, DType dtype) {
+  const int32_t rows = static_cast<int32_t>(state.range(0));
+  const int32_t out = static_cast<int32_t>(state.range(1));
+  const int32_t in = static_cast<int32_t>(state.range(2));
+  const size_t weight_bytes = size_t(out) * DTypeRowBytes(dtype, in);
+  const auto weights = WeightCopies(weight_bytes, ctx);
+  DeviceBuffer x(size_t(rows) * in * 4), y(size_t(rows) * out * 4);
+  const double bytes = double(weight_bytes) + 4.0 * rows * (double(in) + out);
+  TimeLaunches(state, bytes, ctx, [&](int i) {
+    return cuda::QuantGemv(x.as<float>(), in, rows, weights[i % weights.size()]->as<void>(),
+                           dtype, out, in, nullptr, y.as<float>(), out, ctx.stream);
+  });
+  state.counters["weight_copies"] = static_cast<double>(weights.size());
+}
+
+// The bf16 tile of the larger-batch path: rows [0, rows) of W [rows, in] dequantized.
+void BenchDequantize(benchmark::State& state, const BenchContext& ctx, DType dtype) {
+  const int32_t rows = static_cast<int32_t>(state.range(0));
+  const int32_t in = static_cast<int32_t>(state.range(1));
+  const size_t weight_bytes = size_t(rows) * DTypeRowBytes(dtype, in);
+  const auto weights = WeightCopies(weight_bytes, ctx);
+  DeviceBuffer tile(size_t(rows) * in * 2);
+  const double bytes = double(weight_bytes) + 2.0 * rows * in;
+  TimeLaunches(state, bytes, ctx, [&](int i) {
+    return cuda::DequantizeRows(weights[i % weights.size()]->as<void>(), dtype, 0, rows, in,
+                                DType::kBF16, tile.as<void>(), ctx.stream);
+  });
+}
+
+void Register(const BenchContext& ctx) {
+  for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ5_K,
+                      DType::kQ6_K}) {
+    const std::string name(DTypeName(dtype));
+    benchmark::RegisterBenchmark(
+        ("QuantGemv/" + name).c_str(),
+        [&ctx, dtype](benchmark::State& s) { BenchGemv(s, ctx, dtype); })
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond)
+        ->ArgNames({"rows", "out", "in"})
+        ->Args({1, 4096, 4096})     // q/o projection
+        ->Args({1, 14336, 4096})    // gate/up projection
+        ->Args({1, 4096, 14336})    // down projection
+        ->Args({1, 128256, 4096})   // LM head
+        ->Args({4, 14336, 4096})
+        ->Args({8, 14336, 4096})
+        ->Args({8, 4096, 14336});
+    benchmark::RegisterBenchmark(
+        ("DequantizeRows/" + name + "_to_bf16").c_str(),
+        [&ctx, dtype](benchmark::State& s) { BenchDequantize(s, ctx, dtype); })
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond)
+        ->ArgNames({"rows", "in"})
+        ->Args({1920, 4096});  // one 16 MiB tile of CudaOps
+  }
+}
+
+}  // namespace
+}  // namespace loom
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (!loom::cuda::CudaDeviceAvailable()) {
+    std::printf("cuda_quant_gemv_bench: no CUDA device; nothing to measure\n");
+    return 0;
+  }
+  loom::cuda::CudaDeviceInfo info;
+  LOOM_CUDA_CHECK(loom::cuda::QueryCudaDevice(0, &info));
+  loom::BenchContext ctx;
+  ctx.l2_bytes = info.l2_cache_bytes;
+  LOOM_CUDA_CHECK(
+      loom::cuda::MeasureCopyBandwidth(size_t{1} << 30, 20, &ctx.copy_bytes_per_second));
+  LOOM_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx.stream, cudaStreamNonBlocking));
+  benchmark::AddCustomContext("device", info.name);
+  benchmark::AddCustomContext("sm_count", std::to_string(info.sm_count));
+  benchmark::AddCustomContext("copy_GBps", std::to_string(ctx.copy_bytes_per_second / 1e9));
+  loom::Register(ctx);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  LOOM_CUDA_CHECK(cudaStreamDestroy(ctx.stream));
+  return 0;
+}
