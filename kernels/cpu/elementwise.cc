@@ -4,6 +4,7 @@
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/ref/ops_ref.h"
+#include "kernels/ref/quant_ref.h"
 
 namespace loom::cpu {
 namespace {
@@ -30,8 +31,18 @@ void ForEachRow(ThreadPool& pool, int32_t num_rows, int64_t elements_per_row, Ro
 
 void Embedding(ThreadPool& pool, const int32_t* token_ids, int32_t num_tokens, const void* table,
                DType table_dtype, int32_t dim, float* out) {
+  const size_t row_bytes = static_cast<size_t>(DTypeRowBytes(table_dtype, dim));
+  if (IsQuantizedDType(table_dtype)) {
+    // One row per token, decoded by the reference: a few thousand elements per token, far from
+    // the cost of the matmuls that follow.
+    ForEachRow(pool, num_tokens, dim, [&](int32_t t) {
+      const char* row =
+          static_cast<const char*>(table) + static_cast<size_t>(token_ids[t]) * row_bytes;
+      ref::DequantizeRow(table_dtype, row, dim, out + int64_t{t} * dim);
+    });
+    return;
+  }
   if (!UseAvx2()) return ref::Embedding(token_ids, num_tokens, table, table_dtype, dim, out);
-  const size_t row_bytes = static_cast<size_t>(dim) * DTypeSize(table_dtype);
   ForEachRow(pool, num_tokens, dim, [&](int32_t t) {
     const char* row = static_cast<const char*>(table) + static_cast<size_t>(token_ids[t]) * row_bytes;
     avx2::LoadRow(row, table_dtype, dim, out + int64_t{t} * dim);

@@ -13,6 +13,8 @@
 
 namespace loom::cpu {
 
+// out[t, :] = table[token_ids[t], :] as f32. A block-quantized table (kQ8_0 ... kQ6_K, rows of
+// DTypeRowBytes(table_dtype, dim) bytes) has each looked-up row dequantized (ref::DequantizeRow).
 void Embedding(ThreadPool& pool, const int32_t* token_ids, int32_t num_tokens, const void* table,
                DType table_dtype, int32_t dim, float* out);
 

@@ -24,7 +24,10 @@ bool ValidInput(const MatmulInput& x) {
 }
 
 bool ValidProjection(const MatmulProjection& p, const MatmulInput& x) {
-  if (p.n < 0 || !IsFloatDType(p.dtype)) return false;
+  if (p.n < 0) return false;
+  if (!IsFloatDType(p.dtype) && !(IsQuantizedDType(p.dtype) && RowFitsBlocks(p.dtype, x.k))) {
+    return false;
+  }
   if (p.n == 0 || x.m == 0) return true;
   if (p.y == nullptr || p.y_stride < p.n) return false;
   return x.k == 0 || p.weight != nullptr;

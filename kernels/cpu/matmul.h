@@ -3,8 +3,8 @@
 //   y[i, j] = sum_k x[i, k] * W[j, k] (+ bias[j])      i < m (tokens), j < n (out_features)
 //
 // x is f32 activations [m, k]; W is a Hugging Face weight [n, k] (out_features × in_features,
-// row-major) in bf16, f16 or f32, read straight from the mmap'd checkpoint: any alignment, never
-// repacked or copied as a whole. Two regimes, chosen by m:
+// row-major) in bf16, f16 or f32, or block-quantized (below), read straight from the mmap'd
+// checkpoint: any alignment, never repacked or copied as a whole. Two regimes, chosen by m:
 //
 //   GEMV (decode, small m): bandwidth bound. Each thread streams its own slice of W rows as
 //     several long sequential runs read side by side, converts on load and accumulates in f32;
@@ -15,10 +15,24 @@
 //     packed into token panels and each thread widens small blocks of its weight rows to f32 in
 //     the workspace just before broadcasting them against the panels.
 //
+// Block-quantized weights: DType kQ8_0, kQ4_0, kQ4_1 (blocks of 32 elements) and kQ4_K, kQ5_K,
+// kQ6_K (blocks of 256), bit-compatible with GGUF/ggml (layouts in kernels/ref/quant_ref.h). A row
+// is DTypeRowBytes(dtype, k) bytes; k must be a whole number of blocks (else kInvalidArgument).
+// x stays f32; the weights are decoded in registers, so the result is ref::DequantizeRow followed
+// by an f32 matmul, up to summation order:
+//   GEMV: per group of 32 elements the integers q are widened to f32 and dotted with x, then
+//     scaled once per scale (and the group's bias times sum(x) added): matmul_quant_inl.h. The
+//     scales of a block are unpacked once per block and weight row. Every weight byte is read once.
+//   GEMM: the panel kernel, its per-thread weight block dequantized to f32 (the FMA panels on
+//     AVX2 / AVX-512; with AMX, quantized groups run the AVX-512 panel GEMM, not the tiles).
+//   Scalar: each block dequantized by the reference decoder, then dotted.
+// Formats may differ between the projections of one group (q4_k next to q6_k, or a float weight).
+//
 // The group form runs several weights that share x (q/k/v, gate/up) together: their rows are
 // concatenated and split evenly over the threads in one parallel region.
 //
-// Accuracy: the FMA paths multiply exactly (bf16/f16 weights widen to f32 exactly) and accumulate
+// Accuracy: quantized weights as above (within ~1e-6 of sum_k |x| * (|scale * q| + |bias|)); the
+// FMA paths multiply exactly (bf16/f16 weights widen to f32 exactly) and accumulate
 // in f32, so they match the f32 reference up to summation order (~1e-6 of sum_k |x·w|). The AMX
 // default (split bf16) is within 2^-17 of exact per product; the explicit MatmulPrecision::kBf16
 // rounds x to bf16 (up to ~4e-3 of sum_k |x·w|). With the default precision a token's output
@@ -50,8 +64,9 @@ struct MatmulInput {
 
 // One weight and the output it produces: y [m, n] = x · weight^T (+ bias).
 struct MatmulProjection {
-  const void* weight = nullptr;  // [n, k] row-major, rows packed (stride k); any alignment
-  DType dtype = DType::kBF16;    // kBF16, kF16 or kF32
+  const void* weight = nullptr;  // [n, k] row-major, rows packed (DTypeRowBytes(dtype, k) bytes
+                                 // each); any alignment
+  DType dtype = DType::kBF16;    // kBF16, kF16, kF32, or a block-quantized format (kQ8_0 ...)
   int64_t n = 0;
   const float* bias = nullptr;  // [n] f32, or nullptr
   float* y = nullptr;           // [m, n] f32, row stride y_stride (>= n); must not overlap x
@@ -73,7 +88,7 @@ enum class MatmulPath : uint8_t { kAuto, kGemv, kGemm };
 
 enum class MatmulStatus : uint8_t {
   kOk,
-  kInvalidArgument,    // null pointer, bad size or stride, unsupported dtype
+  kInvalidArgument,    // null pointer, bad size or stride, unsupported dtype, k not whole blocks
   kWorkspaceTooSmall,  // workspace_bytes < MatmulWorkspaceBytes(...)
   kUnsupportedIsa,     // options.isa is above what this CPU supports
 };

@@ -13,6 +13,7 @@
 
 #include "kernels/cpu/matmul_dot_inl.h"
 #include "kernels/cpu/matmul_panel_inl.h"
+#include "kernels/cpu/matmul_quant_inl.h"
 
 namespace loom::cpu::matmul_internal {
 namespace {
@@ -22,6 +23,8 @@ struct Avx2 {
   static constexpr int kLanes = 8;
 
   static V Zero() { return _mm256_setzero_ps(); }
+  static V Set1(float v) { return _mm256_set1_ps(v); }
+  static V Mul(V a, V b) { return _mm256_mul_ps(a, b); }
   static V Fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
   static V LoadX(const float* p) { return _mm256_loadu_ps(p); }
   static V Add(V a, V b) { return _mm256_add_ps(a, b); }
@@ -64,6 +67,26 @@ struct Avx2 {
     return _mm_cvtss_f32(sum);
   }
   static void Prefetch(const char* p) { _mm_prefetch(p, _MM_HINT_T0); }
+
+  // Block-quantized weights (matmul_quant_inl.h): 32 signed bytes to four f32 vectors.
+  static void WidenBytes(__m256i bytes, V (&out)[4]) {
+    const __m128i lo = _mm256_castsi256_si128(bytes);
+    const __m128i hi = _mm256_extracti128_si256(bytes, 1);
+    out[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
+    out[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(lo, lo)));
+    out[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
+    out[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(hi, hi)));
+  }
+  // GEMV tiles of quantized weights: weight rows per tile for m = 1, m = 2 and larger m (in
+  // chunks of kQuantMrMax x rows).
+  static constexpr int kQuantRowsM1 = 4;
+  static constexpr int kQuantRowsM2 = 4;
+  static constexpr int kQuantRowsMany = 2;
+  static constexpr int kQuantMrMax = 4;
+  static void QuantRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begin,
+                        int64_t row_end) {
+    QuantGemvRows<Avx2>(x, p, row_begin, row_end);
+  }
 };
 
 // GEMV: kNr = 4 runs of weight rows walked side by side (3 for m >= 4, to stay within 12
@@ -78,6 +101,7 @@ constexpr int kGemvPrefetchBytes = 0;
 constexpr int kGemmRows = 6;
 constexpr PanelBlocking kGemmBlocking = {128, 256, 96};
 constexpr int64_t kGemmPanel = 2 * Avx2::kLanes;  // tokens per x^T panel
+static_assert(kGemmBlocking.kc % 256 == 0, "k blocks must hold whole quantization blocks");
 
 }  // namespace
 

@@ -18,6 +18,7 @@
 
 #include "kernels/cpu/matmul_dot_inl.h"
 #include "kernels/cpu/matmul_panel_inl.h"
+#include "kernels/cpu/matmul_quant_inl.h"
 
 namespace loom::cpu::matmul_internal {
 namespace {
@@ -27,6 +28,8 @@ struct Avx512 {
   static constexpr int kLanes = 16;
 
   static V Zero() { return _mm512_setzero_ps(); }
+  static V Set1(float v) { return _mm512_set1_ps(v); }
+  static V Mul(V a, V b) { return _mm512_mul_ps(a, b); }
   static V Fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static V LoadX(const float* p) { return _mm512_loadu_ps(p); }
   static V Add(V a, V b) { return _mm512_add_ps(a, b); }
@@ -62,6 +65,22 @@ struct Avx512 {
 
   static float ReduceAdd(V v) { return _mm512_reduce_add_ps(v); }
   static void Prefetch(const char* p) { _mm_prefetch(p, _MM_HINT_T0); }
+
+  // Block-quantized weights (matmul_quant_inl.h): 32 signed bytes to two f32 vectors.
+  static void WidenBytes(__m256i bytes, V (&out)[2]) {
+    out[0] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(bytes)));
+    out[1] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(bytes, 1)));
+  }
+  // GEMV tiles of quantized weights: weight rows per tile for m = 1, m = 2 and larger m (in
+  // chunks of kQuantMrMax x rows).
+  static constexpr int kQuantRowsM1 = 8;
+  static constexpr int kQuantRowsM2 = 6;
+  static constexpr int kQuantRowsMany = 4;
+  static constexpr int kQuantMrMax = 4;
+  static void QuantRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begin,
+                        int64_t row_end) {
+    QuantGemvRows<Avx512>(x, p, row_begin, row_end);
+  }
 };
 
 // GEMV: kNr = 8 runs of weight rows per thread (the Sapphire Rapids baselines reach the roofline
@@ -80,6 +99,7 @@ constexpr FmaBlocking kDotBlocking = {64, 512, 96};
 constexpr int kGemmRows = 12;
 constexpr PanelBlocking kGemmBlocking = {256, 256, 96};
 constexpr int64_t kGemmPanel = 2 * Avx512::kLanes;  // tokens per x^T panel
+static_assert(kGemmBlocking.kc % 256 == 0, "k blocks must hold whole quantization blocks");
 
 }  // namespace
 

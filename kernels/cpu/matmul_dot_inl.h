@@ -23,6 +23,10 @@
 // The loops over tile dimensions carry `#pragma GCC unroll`: without it gcc -O3 keeps the
 // accumulator arrays in memory and stores them on every step.
 //
+// Block-quantized weights: the traits provide T::QuantRows(x, projection, row_begin, row_end),
+// the whole product over those rows on the calling thread (matmul_quant_inl.h on AVX2/AVX-512, a
+// dequantize-and-dot loop on scalar); both orders above hand quantized projections to it.
+//
 // Everything is in an unnamed namespace on purpose: each including file compiles these templates
 // with different instruction-set flags, and no instantiation may be shared between them by the
 // linker.
@@ -226,9 +230,11 @@ void WithWeightType(DType dtype, const Fn& fn) {
 }
 
 // The GEMV over weight rows [row_begin, row_end) of one projection on the calling thread.
+// Block-quantized weights go to the traits' own kernel, T::QuantRows (matmul_quant_inl.h).
 template <class T, int kMrMax, int kNr, int kPrefetchBytes>
 void GemvProjectionRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begin,
                         int64_t row_end) {
+  if (IsQuantizedDType(p.dtype)) return T::QuantRows(x, p, row_begin, row_end);
   WithWeightType(p.dtype, [&]<class W>(W) {
     RunGemvRows<T, W, kMrMax, kNr, kPrefetchBytes>(x, p, row_begin, row_end);
   });
@@ -238,6 +244,7 @@ void GemvProjectionRows(const MatmulInput& x, const MatmulProjection& p, int64_t
 template <class T, int kMrMax, int kNr>
 void BlockedProjectionRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begin,
                            int64_t row_end, const FmaBlocking& b) {
+  if (IsQuantizedDType(p.dtype)) return T::QuantRows(x, p, row_begin, row_end);
   WithWeightType(
       p.dtype, [&]<class W>(W) { RunBlockedRows<T, W, kMrMax, kNr>(x, p, row_begin, row_end, b); });
 }

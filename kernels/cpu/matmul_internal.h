@@ -3,7 +3,8 @@
 // kernels/cpu: use kernels/cpu/matmul.h.
 //
 // Every function here receives arguments that matmul.cc has already validated: m, k >= 1, every
-// projection has n >= 0, a float dtype and non-null pointers, and the workspace is large enough.
+// projection has n >= 0, a float dtype or a block-quantized one whose blocks tile k, and non-null
+// pointers, and the workspace is large enough.
 #pragma once
 
 #include <cstddef>

@@ -10,7 +10,9 @@
 //
 // Weights stay where they are: each thread widens a block of nc of its rows × kc of k to f32 in
 // its own workspace (zero rows pad the block to a multiple of kNr) right before using it, so the
-// tile loop reads contiguous f32 rows whatever the stored dtype and alignment.
+// tile loop reads contiguous f32 rows whatever the stored dtype and alignment. Block-quantized
+// weights are dequantized into that block (matmul_quant_inl.h); kc is a whole number of their
+// blocks (256 elements), so a k block never splits a quantization block.
 //
 // Ownership: threads split the group's weight rows in units of kNr (the dispatcher's ParallelFor),
 // so each owns whole columns of y. Loop nest per thread and weight:
@@ -31,6 +33,7 @@
 
 #include "kernels/cpu/matmul_dot_inl.h"
 #include "kernels/cpu/matmul_internal.h"
+#include "kernels/cpu/matmul_quant_inl.h"
 
 namespace loom::cpu::matmul_internal {
 namespace {
@@ -82,12 +85,12 @@ inline void PackXPanel(const MatmulInput& x, int64_t p, int64_t panel, float* xt
   }
 }
 
-// dst[r * kc + kk] = W[n0 + r, k0 + kk] as f32 for r < rows, kk < len; rows up to rows_pad are 0.
+// dst[r * kc + kk] = W[n0 + r, k0 + kk] as f32 for r < rows, kk < len, for a float weight.
 // Four rows are read side by side so the block streams in from memory with several misses in
 // flight (see the GEMV notes in matmul_dot_inl.h).
 template <class T, class W>
-void WidenBlock(const MatmulProjection& p, int64_t k, int64_t n0, int64_t rows, int64_t rows_pad,
-                int64_t k0, int64_t len, int64_t kc, float* dst) {
+void WidenFloatRows(const MatmulProjection& p, int64_t k, int64_t n0, int64_t rows, int64_t k0,
+                    int64_t len, int64_t kc, float* dst) {
   using S = typename W::Storage;
   constexpr int kLanes = T::kLanes;
   constexpr int kRowsAtOnce = 4;
@@ -114,6 +117,17 @@ void WidenBlock(const MatmulProjection& p, int64_t k, int64_t n0, int64_t rows, 
         for (int64_t t = 0; t < len - full; ++t) out[i][full + t] = tail[t];
       }
     }
+  }
+}
+
+// dst[r * kc + kk] = W[n0 + r, k0 + kk] as f32 for r < rows, kk < len; rows up to rows_pad are 0.
+template <class T, class W>
+void WidenBlock(const MatmulProjection& p, int64_t k, int64_t n0, int64_t rows, int64_t rows_pad,
+                int64_t k0, int64_t len, int64_t kc, float* dst) {
+  if constexpr (kIsQuantWeight<W>) {
+    QuantWidenRows<T, typename W::Format>(p, k, n0, rows, k0, len, kc, dst);
+  } else {
+    WidenFloatRows<T, W>(p, k, n0, rows, k0, len, kc, dst);
   }
   for (int64_t r = rows; r < rows_pad; ++r) {
     for (int64_t kk = 0; kk < len; ++kk) dst[r * kc + kk] = 0.0f;
@@ -175,11 +189,21 @@ inline void WriteBlock(const MatmulProjection& p, int64_t n0, int64_t rows, int6
 template <class W>
 void PrefetchBlockRows(const MatmulProjection& p, int64_t k, int64_t n0, int64_t r_begin,
                        int64_t r_end, int64_t k0, int64_t len) {
-  using S = typename W::Storage;
-  const int64_t bytes = len * static_cast<int64_t>(sizeof(S));
+  int64_t row_bytes, offset, bytes;
+  if constexpr (kIsQuantWeight<W>) {
+    constexpr DType kDType = W::Format::kDType;
+    row_bytes = DTypeRowBytes(kDType, k);
+    offset = DTypeRowBytes(kDType, k0);
+    bytes = DTypeRowBytes(kDType, len);
+  } else {
+    constexpr int64_t kSize = sizeof(typename W::Storage);
+    row_bytes = k * kSize;
+    offset = k0 * kSize;
+    bytes = len * kSize;
+  }
+  const char* base = static_cast<const char*>(p.weight) + offset;
   for (int64_t r = r_begin; r < r_end; ++r) {
-    const char* row =
-        reinterpret_cast<const char*>(static_cast<const S*>(p.weight) + (n0 + r) * k + k0);
+    const char* row = base + (n0 + r) * row_bytes;
     for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b, 0, 2);
   }
 }
@@ -250,8 +274,13 @@ void RunPanelGroup(const GroupArgs& args, ThreadPool& pool, const PanelBlocking&
             case DType::kF16:
               PanelRows<T, F16Weight, kNr>(args.x, p, row_begin, row_end, b, ws, thread);
               break;
-            default:
+            case DType::kF32:
               PanelRows<T, F32Weight, kNr>(args.x, p, row_begin, row_end, b, ws, thread);
+              break;
+            default:
+              WithQuantFormat(p.dtype, [&]<class F>(F) {
+                PanelRows<T, QuantWeight<F>, kNr>(args.x, p, row_begin, row_end, b, ws, thread);
+              });
               break;
           }
         });

@@ -1,10 +1,12 @@
 // Portable matmul (Isa::kScalar): the FMA kernel of matmul_dot_inl.h on one f32 lane, built with
-// the baseline flags only. It exists so every machine has a path and so dispatch tests have a
+// the baseline flags only; block-quantized weights are dequantized a block at a time by the
+// reference decoder (Scalar::QuantRows). It exists so every machine has a path and so dispatch tests have a
 // floor; the compiler may still vectorise it with SSE2.
 #include <cstdint>
 
 #include "kernels/common/dtype.h"
 #include "kernels/cpu/matmul_dot_inl.h"
+#include "kernels/ref/quant_ref.h"
 
 namespace loom::cpu::matmul_internal {
 namespace {
@@ -35,7 +37,42 @@ struct Scalar {
 
   static float ReduceAdd(V v) { return v; }
   static void Prefetch(const char* p) { __builtin_prefetch(p); }
+
+  static void QuantRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begin,
+                        int64_t row_end);
 };
+
+// Block-quantized weights: each block of a row is dequantized (ref::DequantizeRow) into a local
+// buffer and dotted with up to kXRows rows of x before the next block; a row is decoded
+// ceil(m / kXRows) times.
+void Scalar::QuantRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begin,
+                       int64_t row_end) {
+  constexpr int kXRows = 8;
+  constexpr int kMaxBlockElems = 256;
+  const DTypeTraits traits = TraitsOf(p.dtype);
+  const int64_t row_bytes = DTypeRowBytes(p.dtype, x.k);
+  const int64_t num_blocks = x.k / traits.block_elems;
+  float w[kMaxBlockElems];
+  for (int64_t j = row_begin; j < row_end; ++j) {
+    const uint8_t* row = static_cast<const uint8_t*>(p.weight) + j * row_bytes;
+    for (int64_t i0 = 0; i0 < x.m; i0 += kXRows) {
+      const int64_t rows = MinOf<int64_t>(kXRows, x.m - i0);
+      float acc[kXRows] = {};
+      for (int64_t b = 0; b < num_blocks; ++b) {
+        ref::DequantizeRow(p.dtype, row + b * traits.block_bytes, traits.block_elems, w);
+        for (int64_t a = 0; a < rows; ++a) {
+          const float* xb = x.data + (i0 + a) * x.stride + b * traits.block_elems;
+          float sum = 0.0f;
+          for (int l = 0; l < traits.block_elems; ++l) sum += xb[l] * w[l];
+          acc[a] += sum;
+        }
+      }
+      for (int64_t a = 0; a < rows; ++a) {
+        p.y[(i0 + a) * p.y_stride + j] = p.bias != nullptr ? acc[a] + p.bias[j] : acc[a];
+      }
+    }
+  }
+}
 
 constexpr FmaBlocking kGemmBlocking = {48, 512, 64};
 

@@ -5,10 +5,20 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/ref/quant_ref.h"
+
 namespace loom::ref {
 
 void Embedding(const int32_t* token_ids, int32_t num_tokens, const void* table, DType table_dtype,
                int32_t dim, float* out) {
+  if (IsQuantizedDType(table_dtype)) {
+    const int64_t row_bytes = DTypeRowBytes(table_dtype, dim);
+    for (int32_t t = 0; t < num_tokens; ++t) {
+      DequantizeRow(table_dtype, static_cast<const uint8_t*>(table) + token_ids[t] * row_bytes, dim,
+                    out + int64_t{t} * dim);
+    }
+    return;
+  }
   for (int32_t t = 0; t < num_tokens; ++t) {
     const size_t row = static_cast<size_t>(token_ids[t]) * dim;
     for (int32_t i = 0; i < dim; ++i) out[int64_t{t} * dim + i] = LoadAsF32(table, table_dtype, row + i);

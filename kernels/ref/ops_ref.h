@@ -12,7 +12,8 @@
 
 namespace loom::ref {
 
-// out[t, :] = table[token_ids[t], :] as f32.  table: [vocab, dim] of `table_dtype`.
+// out[t, :] = table[token_ids[t], :] as f32.  table: [vocab, dim] of `table_dtype`, a float type
+// or a block-quantized one (rows of DTypeRowBytes(table_dtype, dim) bytes, dequantized).
 void Embedding(const int32_t* token_ids, int32_t num_tokens, const void* table, DType table_dtype,
                int32_t dim, float* out);
 

@@ -12,6 +12,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/ref/ops_ref.h"
+#include "kernels/ref/quant_ref.h"
 
 namespace loom {
 namespace {
@@ -99,6 +100,36 @@ TEST_P(ElementwiseTest, EmbeddingAndRope) {
       cpu::Rope(pool, x_got.data(), stride, tokens, heads, dim, dim, cos.data(), sin.data());
       ref::Rope(x_want.data(), stride, tokens, heads, dim, dim, cos.data(), sin.data());
       EXPECT_LT(MaxRelDiff(x_got, x_want), 1e-6f) << "Rope dim=" << dim << " heads=" << heads;
+    }
+  }
+}
+
+// A block-quantized table: each looked-up row equals ref::DequantizeRow of that row, bit for bit.
+TEST_P(ElementwiseTest, EmbeddingOfQuantizedTable) {
+  cpu::ThreadPool pool(GetParam());
+  std::mt19937 rng(12);
+  const int32_t vocab = 40;
+  for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ5_K,
+                      DType::kQ6_K}) {
+    for (int32_t dim : {256, 512}) {
+      const int64_t row_bytes = DTypeRowBytes(dtype, dim);
+      const std::vector<float> source = RandomFloats(size_t(vocab) * dim, rng);
+      std::vector<uint8_t> table(static_cast<size_t>(vocab * row_bytes));
+      for (int32_t v = 0; v < vocab; ++v) {
+        ref::QuantizeRow(dtype, source.data() + int64_t{v} * dim, dim, table.data() + v * row_bytes);
+      }
+      // Enough tokens that the rows are split over the threads.
+      std::vector<int32_t> ids;
+      for (int32_t t = 0; t < 70; ++t) ids.push_back((t * 7 + 3) % vocab);
+      std::vector<float> got(ids.size() * dim), want(ids.size() * dim);
+      cpu::Embedding(pool, ids.data(), ids.size(), table.data(), dtype, dim, got.data());
+      for (size_t t = 0; t < ids.size(); ++t) {
+        ref::DequantizeRow(dtype, table.data() + ids[t] * row_bytes, dim, want.data() + t * dim);
+      }
+      EXPECT_EQ(got, want) << DTypeName(dtype) << " dim=" << dim;
+      std::vector<float> via_ref(ids.size() * dim);
+      ref::Embedding(ids.data(), ids.size(), table.data(), dtype, dim, via_ref.data());
+      EXPECT_EQ(via_ref, want) << DTypeName(dtype) << " dim=" << dim;
     }
   }
 }

@@ -1,0 +1,382 @@
+// The matmul of block-quantized weights (q8_0, q4_0, q4_1, q4_k, q5_k, q6_k; layouts in
+// kernels/ref/quant_ref.h), written once over a vector type and instantiated by matmul_avx2.cc and
+// matmul_avx512.cc. Include only from files compiled with AVX2 flags (the block decoding below
+// uses 256-bit integer intrinsics on both levels).
+//
+// Math: every format codes each group of 32 consecutive elements of a row as
+//   w[l] = scale(l) * q[l] + bias        q[l] a small integer, l < 32
+// with one scale per 16 elements (q6_k) or per 32 (the others) and a bias per 32 elements that is
+// zero except for q4_1 (m) and q4_k / q5_k (-dmin * min). A group decodes to 32 signed bytes q
+// (Format::Group), which the vector traits widen to f32 lanes (T::WidenBytes); the scales of a
+// whole block are unpacked once per block and weight row (Format::LoadScales), outside the loops
+// over lanes. Activations stay f32; no quantization of x.
+//
+// GEMV (QuantGemvRows, small m): the same row order as matmul_dot_inl.h (a thread's rows cut into
+// kNr equal runs walked side by side, kNr long sequential streams). Per group, row and x row:
+//   t = sum_v x_v * q_v                    (vector FMAs, lanes along k)
+//   acc += t * scale (+ sum_v x_v * bias)   (one FMA per scale, one for the bias)
+// so a group costs 32 / kLanes FMAs per x row plus its decoding, which is shared by the kMr x rows
+// of a tile. The weight bytes are read from memory once; x stays in L1/L2.
+//
+// GEMM (QuantWidenRows, large m): the panel kernel of matmul_panel_inl.h, whose per-thread weight
+// block is filled here with w = scale * q + bias in f32 (the values of ref::DequantizeRow), kc a
+// whole number of blocks.
+//
+// Unnamed namespace on purpose (as matmul_dot_inl.h): every instruction-set file gets its own
+// instantiations.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "kernels/common/dtype.h"
+#include "kernels/cpu/matmul_internal.h"
+
+namespace loom::cpu::matmul_internal {
+namespace {
+
+inline float LoadHalf(const uint8_t* p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, sizeof(bits));
+  return _cvtsh_ss(bits);
+}
+
+inline __m256i Load32(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// The scales of one block: group g (32 elements) has scale[2g] for its first 16 elements,
+// scale[2g + 1] for the last 16 and bias[g].
+template <int kGroups>
+struct BlockScales {
+  float scale[2 * kGroups];
+  float bias[kGroups];
+};
+
+// Each format: kDType, block size, groups per block, whether groups carry a bias (kHasBias) or
+// two scales (kSplitScale); LoadScales(block, scales); Group(block, g) = the 32 integers q of
+// group g as signed bytes.
+struct Q8_0Format {
+  static constexpr DType kDType = DType::kQ8_0;
+  static constexpr int kBlockElems = 32, kBlockBytes = 34, kGroups = 1;
+  static constexpr bool kHasBias = false, kSplitScale = false;
+  static void LoadScales(const uint8_t* b, BlockScales<kGroups>* s) {
+    s->scale[0] = s->scale[1] = LoadHalf(b);
+    s->bias[0] = 0.0f;
+  }
+  static __m256i Group(const uint8_t* b, int /*g*/) { return Load32(b + 2); }
+};
+
+// 16 bytes of nibbles -> 32 bytes: the low nibbles (elements 0..15), then the high (16..31).
+inline __m256i SplitNibbles16(const uint8_t* p) {
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i mask = _mm_set1_epi8(0x0f);
+  const __m128i lo = _mm_and_si128(packed, mask);
+  const __m128i hi = _mm_and_si128(_mm_srli_epi16(packed, 4), mask);
+  return _mm256_set_m128i(hi, lo);
+}
+
+struct Q4_0Format {
+  static constexpr DType kDType = DType::kQ4_0;
+  static constexpr int kBlockElems = 32, kBlockBytes = 18, kGroups = 1;
+  static constexpr bool kHasBias = false, kSplitScale = false;
+  static void LoadScales(const uint8_t* b, BlockScales<kGroups>* s) {
+    s->scale[0] = s->scale[1] = LoadHalf(b);
+    s->bias[0] = 0.0f;
+  }
+  static __m256i Group(const uint8_t* b, int /*g*/) {
+    return _mm256_sub_epi8(SplitNibbles16(b + 2), _mm256_set1_epi8(8));
+  }
+};
+
+struct Q4_1Format {
+  static constexpr DType kDType = DType::kQ4_1;
+  static constexpr int kBlockElems = 32, kBlockBytes = 20, kGroups = 1;
+  static constexpr bool kHasBias = true, kSplitScale = false;
+  static void LoadScales(const uint8_t* b, BlockScales<kGroups>* s) {
+    s->scale[0] = s->scale[1] = LoadHalf(b);
+    s->bias[0] = LoadHalf(b + 2);
+  }
+  static __m256i Group(const uint8_t* b, int /*g*/) { return SplitNibbles16(b + 4); }
+};
+
+// q4_k / q5_k: the eight 6-bit scales and mins of the 12 packed bytes (ref::ScaleMinK4).
+inline void LoadScalesK4(const uint8_t* b, BlockScales<8>* s) {
+  const float d = LoadHalf(b);
+  const float dmin = LoadHalf(b + 2);
+  const uint8_t* q = b + 4;
+  for (int j = 0; j < 8; ++j) {
+    int sc, mn;
+    if (j < 4) {
+      sc = q[j] & 63;
+      mn = q[j + 4] & 63;
+    } else {
+      sc = (q[j + 4] & 15) | ((q[j - 4] >> 6) << 4);
+      mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+    s->scale[2 * j] = s->scale[2 * j + 1] = d * static_cast<float>(sc);
+    s->bias[j] = -(dmin * static_cast<float>(mn));
+  }
+}
+
+// Nibbles of 32 bytes: the low ones (high = false) or the high ones.
+inline __m256i Nibbles32(const uint8_t* p, bool high) {
+  const __m256i packed = Load32(p);
+  const __m256i mask = _mm256_set1_epi8(0x0f);
+  return _mm256_and_si256(high ? _mm256_srli_epi16(packed, 4) : packed, mask);
+}
+
+struct Q4_KFormat {
+  static constexpr DType kDType = DType::kQ4_K;
+  static constexpr int kBlockElems = 256, kBlockBytes = 144, kGroups = 8;
+  static constexpr bool kHasBias = true, kSplitScale = false;
+  static void LoadScales(const uint8_t* b, BlockScales<kGroups>* s) { LoadScalesK4(b, s); }
+  static __m256i Group(const uint8_t* b, int g) {
+    return Nibbles32(b + 16 + 32 * (g / 2), (g & 1) != 0);
+  }
+};
+
+struct Q5_KFormat {
+  static constexpr DType kDType = DType::kQ5_K;
+  static constexpr int kBlockElems = 256, kBlockBytes = 176, kGroups = 8;
+  static constexpr bool kHasBias = true, kSplitScale = false;
+  static void LoadScales(const uint8_t* b, BlockScales<kGroups>* s) { LoadScalesK4(b, s); }
+  static __m256i Group(const uint8_t* b, int g) {
+    const __m256i low = Nibbles32(b + 48 + 32 * (g / 2), (g & 1) != 0);
+    // Bit g of qh[l] is the 16s of element l: 0x10 where set.
+    const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << g));
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(Load32(b + 16), bit), bit);
+    return _mm256_or_si256(low, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+  }
+};
+
+struct Q6_KFormat {
+  static constexpr DType kDType = DType::kQ6_K;
+  static constexpr int kBlockElems = 256, kBlockBytes = 210, kGroups = 8;
+  static constexpr bool kHasBias = false, kSplitScale = true;
+  static void LoadScales(const uint8_t* b, BlockScales<kGroups>* s) {
+    const float d = LoadHalf(b + 208);
+    const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
+    for (int i = 0; i < 16; ++i) s->scale[i] = d * static_cast<float>(sc[i]);
+    for (int g = 0; g < kGroups; ++g) s->bias[g] = 0.0f;
+  }
+  // Group g = 4h + j of half h: low 4 bits from ql[64h + 32(j & 1) + l] (nibble j >> 1), high 2
+  // bits from qh[32h + l] at bit 2j, minus 32.
+  static __m256i Group(const uint8_t* b, int g) {
+    const int h = g / 4, j = g % 4;
+    const __m256i low = Nibbles32(b + 64 * h + 32 * (j & 1), (j >> 1) != 0);
+    const __m256i qh = _mm256_srl_epi16(Load32(b + 128 + 32 * h), _mm_cvtsi32_si128(2 * j));
+    const __m256i high = _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(3)), 4);
+    return _mm256_sub_epi8(_mm256_or_si256(low, high), _mm256_set1_epi8(32));
+  }
+};
+
+// The weight type tag of a quantized format in the panel GEMM (matmul_panel_inl.h).
+template <class F>
+struct QuantWeight {
+  using Storage = uint8_t;
+  using Format = F;
+};
+
+template <class W>
+constexpr bool kIsQuantWeight = !std::is_same_v<typename W::Storage, float> &&
+                                !std::is_same_v<typename W::Storage, uint16_t>;
+
+// Calls fn(F{}) with the format of a quantized `dtype` (which must be one).
+template <typename Fn>
+void WithQuantFormat(DType dtype, const Fn& fn) {
+  switch (dtype) {
+    case DType::kQ8_0:
+      return fn(Q8_0Format{});
+    case DType::kQ4_0:
+      return fn(Q4_0Format{});
+    case DType::kQ4_1:
+      return fn(Q4_1Format{});
+    case DType::kQ4_K:
+      return fn(Q4_KFormat{});
+    case DType::kQ5_K:
+      return fn(Q5_KFormat{});
+    default:
+      return fn(Q6_KFormat{});
+  }
+}
+
+// out[a * kNr + r] = sum_k x_rows[a][k] * w(w_rows[r])[k] over `num_blocks` blocks.
+template <class T, class F, int kMr, int kNr>
+inline void QuantDotTile(const float* const* x_rows, const uint8_t* const* w_rows,
+                         int64_t num_blocks, float* out) {
+  using V = typename T::V;
+  constexpr int kVecs = 32 / T::kLanes;  // vectors per group
+  constexpr int kHalf = kVecs / 2;       // the first kHalf vectors take scale[2g]
+  V acc[kMr][kNr];
+#pragma GCC unroll 32
+  for (int a = 0; a < kMr; ++a) {
+#pragma GCC unroll 32
+    for (int r = 0; r < kNr; ++r) acc[a][r] = T::Zero();
+  }
+  for (int64_t blk = 0; blk < num_blocks; ++blk) {
+    BlockScales<F::kGroups> scales[kNr];
+    const uint8_t* block[kNr];
+#pragma GCC unroll 32
+    for (int r = 0; r < kNr; ++r) {
+      block[r] = w_rows[r] + blk * F::kBlockBytes;
+      F::LoadScales(block[r], &scales[r]);
+    }
+    const int64_t k0 = blk * F::kBlockElems;
+#pragma GCC unroll 8
+    for (int g = 0; g < F::kGroups; ++g) {
+      const int64_t kg = k0 + 32 * g;
+      V xsum[kMr];
+      if constexpr (F::kHasBias) {
+#pragma GCC unroll 32
+        for (int a = 0; a < kMr; ++a) {
+          xsum[a] = T::LoadX(x_rows[a] + kg);
+#pragma GCC unroll 4
+          for (int v = 1; v < kVecs; ++v) xsum[a] = T::Add(xsum[a], T::LoadX(x_rows[a] + kg + v * T::kLanes));
+        }
+      }
+#pragma GCC unroll 32
+      for (int r = 0; r < kNr; ++r) {
+        V q[kVecs];
+        T::WidenBytes(F::Group(block[r], g), q);
+#pragma GCC unroll 32
+        for (int a = 0; a < kMr; ++a) {
+          const float* xg = x_rows[a] + kg;
+          if constexpr (F::kSplitScale) {
+            V t0 = T::Mul(T::LoadX(xg), q[0]);
+#pragma GCC unroll 4
+            for (int v = 1; v < kHalf; ++v) t0 = T::Fma(T::LoadX(xg + v * T::kLanes), q[v], t0);
+            V t1 = T::Mul(T::LoadX(xg + kHalf * T::kLanes), q[kHalf]);
+#pragma GCC unroll 4
+            for (int v = kHalf + 1; v < kVecs; ++v) t1 = T::Fma(T::LoadX(xg + v * T::kLanes), q[v], t1);
+            acc[a][r] = T::Fma(t0, T::Set1(scales[r].scale[2 * g]), acc[a][r]);
+            acc[a][r] = T::Fma(t1, T::Set1(scales[r].scale[2 * g + 1]), acc[a][r]);
+          } else {
+            V t = T::Mul(T::LoadX(xg), q[0]);
+#pragma GCC unroll 4
+            for (int v = 1; v < kVecs; ++v) t = T::Fma(T::LoadX(xg + v * T::kLanes), q[v], t);
+            acc[a][r] = T::Fma(t, T::Set1(scales[r].scale[2 * g]), acc[a][r]);
+          }
+          if constexpr (F::kHasBias) {
+            acc[a][r] = T::Fma(xsum[a], T::Set1(scales[r].bias[g]), acc[a][r]);
+          }
+        }
+      }
+    }
+  }
+#pragma GCC unroll 32
+  for (int a = 0; a < kMr; ++a) {
+#pragma GCC unroll 32
+    for (int r = 0; r < kNr; ++r) out[a * kNr + r] = T::ReduceAdd(acc[a][r]);
+  }
+}
+
+// One tile: x rows [i, i + kMr) by the weight rows first, first + step, ... (< end; rows past it
+// repeat `first` and are not stored), all of k.
+template <class T, class F, int kMr, int kNr>
+void QuantGemvTile(const MatmulInput& x, const MatmulProjection& p, int64_t i, int64_t first,
+                   int64_t step, int64_t end) {
+  const int64_t row_bytes = DTypeRowBytes(F::kDType, x.k);
+  const auto* w = static_cast<const uint8_t*>(p.weight);
+  const float* x_rows[kMr];
+  const uint8_t* w_rows[kNr];
+#pragma GCC unroll 32
+  for (int a = 0; a < kMr; ++a) x_rows[a] = x.data + (i + a) * x.stride;
+#pragma GCC unroll 32
+  for (int r = 0; r < kNr; ++r) {
+    const int64_t n = first + r * step < end ? first + r * step : first;
+    w_rows[r] = w + n * row_bytes;
+  }
+  float out[kMr * kNr];
+  QuantDotTile<T, F, kMr, kNr>(x_rows, w_rows, x.k / F::kBlockElems, out);
+#pragma GCC unroll 32
+  for (int a = 0; a < kMr; ++a) {
+    float* y = p.y + (i + a) * p.y_stride;
+    for (int r = 0; r < kNr && first + r * step < end; ++r) {
+      const int64_t n = first + r * step;
+      y[n] = p.bias != nullptr ? out[a * kNr + r] + p.bias[n] : out[a * kNr + r];
+    }
+  }
+}
+
+// QuantGemvTile with the x row count mr <= kMrMax chosen at run time.
+template <class T, class F, int kMrMax, int kNr>
+void QuantGemvTileRows(int mr, const MatmulInput& x, const MatmulProjection& p, int64_t i,
+                       int64_t first, int64_t step, int64_t end) {
+  if (mr == kMrMax) {
+    QuantGemvTile<T, F, kMrMax, kNr>(x, p, i, first, step, end);
+  } else if constexpr (kMrMax > 1) {
+    QuantGemvTileRows<T, F, kMrMax - 1, kNr>(mr, x, p, i, first, step, end);
+  }
+}
+
+// The GEMV over weight rows [row_begin, row_end) of one quantized projection: kNr runs of rows
+// side by side, all m rows of x in chunks of kMrMax per tile.
+template <class T, class F, int kMrMax, int kNr>
+void QuantGemvRowsOf(const MatmulInput& x, const MatmulProjection& p, int64_t row_begin,
+                     int64_t row_end) {
+  const int64_t step = (row_end - row_begin + kNr - 1) / kNr;
+  for (int64_t j = 0; j < step; ++j) {
+    for (int64_t i = 0; i < x.m; i += kMrMax) {
+      const int mr = static_cast<int>(x.m - i < kMrMax ? x.m - i : kMrMax);
+      QuantGemvTileRows<T, F, kMrMax, kNr>(mr, x, p, i, row_begin + j, step, row_end);
+    }
+  }
+}
+
+// Entry point of the quantized GEMV for one projection's rows (tile shape by m).
+template <class T>
+void QuantGemvRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begin,
+                   int64_t row_end) {
+  WithQuantFormat(p.dtype, [&]<class F>(F) {
+    if (x.m == 1) {
+      QuantGemvRowsOf<T, F, 1, T::kQuantRowsM1>(x, p, row_begin, row_end);
+    } else if (x.m == 2) {
+      QuantGemvRowsOf<T, F, 2, T::kQuantRowsM2>(x, p, row_begin, row_end);
+    } else {
+      QuantGemvRowsOf<T, F, T::kQuantMrMax, T::kQuantRowsMany>(x, p, row_begin, row_end);
+    }
+  });
+}
+
+// dst[r * ld + kk] = w[n0 + r, k0 + kk] in f32 for r < rows, kk < len (k0 and len whole blocks).
+template <class T, class F>
+void QuantWidenRows(const MatmulProjection& p, int64_t k, int64_t n0, int64_t rows, int64_t k0,
+                    int64_t len, int64_t ld, float* dst) {
+  using V = typename T::V;
+  constexpr int kVecs = 32 / T::kLanes;
+  constexpr int kHalf = kVecs / 2;
+  const int64_t row_bytes = DTypeRowBytes(F::kDType, k);
+  const int64_t first_block = k0 / F::kBlockElems;
+  const int64_t num_blocks = len / F::kBlockElems;
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* row = static_cast<const uint8_t*>(p.weight) + (n0 + r) * row_bytes;
+    float* out_row = dst + r * ld;
+    for (int64_t blk = 0; blk < num_blocks; ++blk) {
+      const uint8_t* block = row + (first_block + blk) * F::kBlockBytes;
+      BlockScales<F::kGroups> scales;
+      F::LoadScales(block, &scales);
+      float* out = out_row + blk * F::kBlockElems;
+#pragma GCC unroll 8
+      for (int g = 0; g < F::kGroups; ++g) {
+        V q[kVecs];
+        T::WidenBytes(F::Group(block, g), q);
+        const V bias = T::Set1(scales.bias[g]);
+#pragma GCC unroll 4
+        for (int v = 0; v < kVecs; ++v) {
+          const V scale = T::Set1(scales.scale[2 * g + (v < kHalf ? 0 : 1)]);
+          // scale * q + bias, in the order ref::DequantizeRow computes it.
+          V w = T::Mul(q[v], scale);
+          if constexpr (F::kHasBias) w = T::Add(w, bias);
+          T::Store(out + 32 * g + v * T::kLanes, w);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace loom::cpu::matmul_internal

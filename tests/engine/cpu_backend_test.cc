@@ -1,0 +1,95 @@
+// CpuOps passes block-quantized weights through to the kernels: a Linear group mixing q4_k, q6_k
+// and bf16 (as a Q4_K_M file's layers do) and an embedding lookup in a q8_0 table give the values
+// of the dequantized weights.
+#include "engine/backend/cpu_backend.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "kernels/common/dtype.h"
+#include "kernels/ref/matmul_ref.h"
+#include "kernels/ref/quant_ref.h"
+
+namespace loom {
+namespace {
+
+std::vector<float> RandomFloats(int64_t count, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(count));
+  for (float& e : v) e = dist(rng);
+  return v;
+}
+
+// A [rows, cols] matrix stored in `dtype` and its dequantized f32 values.
+struct Matrix {
+  std::vector<uint8_t> bytes;
+  std::vector<float> values;
+};
+
+Matrix MakeMatrix(DType dtype, int64_t rows, int64_t cols, std::mt19937& rng) {
+  const std::vector<float> source = RandomFloats(rows * cols, rng);
+  const int64_t row_bytes = DTypeRowBytes(dtype, cols);
+  Matrix m;
+  m.bytes.resize(static_cast<size_t>(rows * row_bytes));
+  m.values.resize(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    ref::QuantizeRow(dtype, source.data() + r * cols, cols, m.bytes.data() + r * row_bytes);
+    ref::DequantizeRow(dtype, m.bytes.data() + r * row_bytes, cols, m.values.data() + r * cols);
+  }
+  return m;
+}
+
+TEST(CpuOpsTest, LinearRunsMixedQuantizedGroup) {
+  CpuOps ops(2, cpu::MatmulPrecision::kHighest);
+  std::mt19937 rng(3);
+  const int64_t k = 512;
+  const DType dtypes[3] = {DType::kQ4_K, DType::kQ6_K, DType::kBF16};
+  const int64_t ns[3] = {40, 24, 24};
+  std::vector<Matrix> matrices;
+  std::vector<LinearWeight> weights;
+  for (int p = 0; p < 3; ++p) {
+    matrices.push_back(MakeMatrix(dtypes[p], ns[p], k, rng));
+  }
+  for (int p = 0; p < 3; ++p) {
+    weights.push_back({{matrices[p].bytes.data(), dtypes[p], ns[p], k}, nullptr});
+  }
+  for (int32_t rows : {1, 7, 64}) {
+    const std::vector<float> x = RandomFloats(rows * k, rng);
+    std::vector<std::vector<float>> outs;
+    std::vector<LinearOutput> outputs;
+    for (int p = 0; p < 3; ++p) outs.emplace_back(static_cast<size_t>(rows * ns[p]));
+    for (int p = 0; p < 3; ++p) outputs.push_back({&weights[p], outs[p].data(), ns[p]});
+    ops.Linear(x.data(), k, rows, outputs);
+    for (int p = 0; p < 3; ++p) {
+      std::vector<float> want(static_cast<size_t>(rows * ns[p]));
+      ref::Matmul(x.data(), rows, k, k, matrices[p].values.data(), DType::kF32, ns[p], nullptr,
+                  want.data(), ns[p]);
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_NEAR(outs[p][i], want[i], 1e-4) << DTypeName(dtypes[p]) << " rows=" << rows;
+      }
+    }
+  }
+}
+
+TEST(CpuOpsTest, EmbeddingReadsQuantizedTable) {
+  CpuOps ops(2, cpu::MatmulPrecision::kHighest);
+  std::mt19937 rng(4);
+  const int64_t vocab = 30, dim = 256;
+  const Matrix table = MakeMatrix(DType::kQ8_0, vocab, dim, rng);
+  const std::vector<int32_t> ids = {29, 0, 7, 7};
+  std::vector<float> out(ids.size() * dim);
+  ops.Embedding(ids.data(), static_cast<int32_t>(ids.size()),
+                {table.bytes.data(), DType::kQ8_0, vocab, dim}, out.data());
+  for (size_t t = 0; t < ids.size(); ++t) {
+    for (int64_t i = 0; i < dim; ++i) {
+      ASSERT_EQ(out[t * dim + i], table.values[ids[t] * dim + i]) << "token " << t;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace loom
