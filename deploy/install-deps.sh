@@ -62,7 +62,8 @@ fi
 # Python test tools: external references the tests compare against, as "pip-name:import-name".
 python_packages=(numpy:numpy safetensors:safetensors tokenizers:tokenizers jinja2:jinja2
   openai:openai grpcio:grpc grpcio-tools:grpc_tools grpcio-health-checking:grpc_health
-  grpcio-reflection:grpc_reflection gguf:gguf transformers:transformers)
+  grpcio-reflection:grpc_reflection gguf:gguf transformers:transformers
+  sentencepiece:sentencepiece)
 if [[ $golden -eq 1 ]]; then
   python_packages+=(torch:torch)
 fi
