@@ -16,6 +16,10 @@ class CpuOps final : public Ops {
 
   cpu::ThreadPool& pool() { return pool_; }
 
+  // Every float and block-quantized format.
+  bool SupportsWeightFormat(DType dtype) const override {
+    return IsFloatDType(dtype) || IsQuantizedDType(dtype);
+  }
   void Embedding(const int32_t* token_ids, int32_t num_tokens, const WeightView& table,
                  float* out) override;
   void RmsNorm(const float* x, int64_t x_stride, int32_t num_rows, int32_t dim,

@@ -62,6 +62,10 @@ class Ops {
     return absl::OkStatus();
   }
 
+  // Whether Linear and Embedding run weights stored in `dtype`. The loader refuses a model with a
+  // matrix in a format its backend does not run (a combination without a kernel never runs).
+  virtual bool SupportsWeightFormat(DType dtype) const { return IsFloatDType(dtype); }
+
   // out[t, :] = table[token_ids[t], :].  table: [vocab, dim]; out: [num_tokens, dim].
   virtual void Embedding(const int32_t* token_ids, int32_t num_tokens, const WeightView& table,
                          float* out) = 0;

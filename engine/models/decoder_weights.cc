@@ -147,6 +147,24 @@ void CollectLinear(LinearWeight& linear, std::vector<HostTensor>& out) {
 
 }  // namespace
 
+absl::Status CheckWeightFormats(const DecoderWeights& weights, const Ops& ops,
+                                std::string_view backend_name) {
+  auto check = [&](const WeightView& view, std::string_view what) -> absl::Status {
+    if (view.data == nullptr || ops.SupportsWeightFormat(view.dtype)) return absl::OkStatus();
+    return absl::UnimplementedError(StrCat("the ", backend_name, " backend has no kernel for ",
+                                           what, " weights stored as ", DTypeName(view.dtype)));
+  };
+  LOOM_RETURN_IF_ERROR(check(weights.embed_tokens, "embedding"));
+  LOOM_RETURN_IF_ERROR(check(weights.lm_head.weight, "LM head"));
+  for (const DecoderLayerWeights& l : weights.layers) {
+    for (const LinearWeight* linear : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj,
+                                       &l.up_proj, &l.down_proj}) {
+      LOOM_RETURN_IF_ERROR(check(linear->weight, "linear"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int64_t> MoveDecoderWeightsTo(Backend& backend, DecoderWeights& weights) {
   if (backend.host_memory()) return 0;
   std::vector<HostTensor> tensors;

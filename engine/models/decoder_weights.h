@@ -52,6 +52,11 @@ absl::StatusOr<DecoderWeights> BindDecoderWeights(const ModelConfig& config,
                                                   const Checkpoint& checkpoint,
                                                   std::vector<std::string>* unexpected);
 
+// OK when `ops` runs every matrix of `weights` in its format; otherwise Unimplemented naming the
+// first tensor whose format has no kernel on that backend.
+absl::Status CheckWeightFormats(const DecoderWeights& weights, const Ops& ops,
+                                std::string_view backend_name);
+
 // For a backend with device memory: copies every tensor `weights` points at (each once: a tied
 // LM head shares the embedding) into one allocation of `backend` and repoints the views there,
 // after which the checkpoint may be closed. Returns the bytes copied. A backend whose memory is

@@ -130,6 +130,7 @@ absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(const Engin
   backend_options.device = config.device;
   backend_options.pretend_graphs = config.cpu_pretend_graphs;
   LOOM_ASSIGN_OR_RETURN(ex->backend_, CreateBackend(backend_options));
+  LOOM_RETURN_IF_ERROR(CheckWeightFormats(weights, ex->backend_->ops(), ex->backend_->name()));
   LOOM_ASSIGN_OR_RETURN(const int64_t device_weight_bytes,
                         MoveDecoderWeightsTo(*ex->backend_, weights));
   if (device_weight_bytes > 0) {

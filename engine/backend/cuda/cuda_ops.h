@@ -54,6 +54,10 @@ class CudaOps final : public Ops {
   // that cuBLAS never allocates, which CUDA graph capture requires).
   absl::Status Reserve(const OpsLimits& limits) override;
 
+  // Every float and block-quantized format.
+  bool SupportsWeightFormat(DType dtype) const override {
+    return IsFloatDType(dtype) || IsQuantizedDType(dtype);
+  }
   void Embedding(const int32_t* token_ids, int32_t num_tokens, const WeightView& table,
                  float* out) override;
   void RmsNorm(const float* x, int64_t x_stride, int32_t num_rows, int32_t dim,
