@@ -61,6 +61,8 @@ const Fixture kFixtures[] = {
     {"gpt2_default", "tests/text/fixtures/gguf/gpt2_default.gguf"},
     {"spm_llama", "tests/text/fixtures/gguf/spm_llama.gguf"},
     {"spm_noprefix", "tests/text/fixtures/gguf/spm_noprefix.gguf"},
+    {"spm_gemma2", "tests/text/fixtures/gguf/spm_gemma2.gguf"},
+    {"spm_phi3", "tests/text/fixtures/gguf/spm_phi3.gguf"},
     // 98 MB, not committed: deploy/install-deps.sh puts it there.
     {"smollm2", "build/models/SmolLM2-135M-Instruct.Q4_1.gguf"},
 };

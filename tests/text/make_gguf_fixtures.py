@@ -18,14 +18,18 @@ The small files (tensor-free, written with the `gguf` package's GGUFWriter):
                       `sentencepiece` package: pieces, scores and types, <0xNN> byte fallback, no
                       merges (transformers derives them from the scores), a user-defined token
   spm_noprefix.gguf   the same vocabulary with add_space_prefix = false and no add_bos_token key
+  spm_gemma2.gguf     the same vocabulary (plus space-run tokens) as a gemma2 file: Gemma's
+                      normalizer, split and decoder, merges in token order
+  spm_phi3.gguf       the same vocabulary as a phi3 file (prefix "▁" from a normalizer), with
+                      add_eos_token and no BOS
 
 For each file, and for build/models/SmolLM2-135M-Instruct.Q4_1.gguf when it is present (too big to
 commit; deploy/install-deps.sh puts it there), <name>.cases.json records what transformers gives:
 encode with and without special tokens, decode with and without skip_special_tokens, the special
 token strings, and apply_chat_template renders of a few conversations.
 
-Usage: build/venv/bin/python tests/text/make_gguf_fixtures.py   (needs gguf, sentencepiece,
-transformers, torch). Deterministic: a rerun writes identical files.
+Usage: build/venv/bin/python tests/text/make_gguf_fixtures.py   (needs gguf, sentencepiece and
+transformers). Deterministic: a rerun writes identical files.
 """
 
 import json
@@ -86,8 +90,8 @@ def add_llama_hparams(w, vocab_size):
     w.add_vocab_size(vocab_size)
 
 
-def write_gguf(path, tokens, types, kv, scores=None, merges=None):
-    w = gguf.GGUFWriter(path, "llama")
+def write_gguf(path, tokens, types, kv, scores=None, merges=None, arch="llama"):
+    w = gguf.GGUFWriter(path, arch)
     add_llama_hparams(w, len(tokens))
     w.add_string("tokenizer.ggml.model", kv.pop("model"))
     if "pre" in kv:
@@ -207,7 +211,7 @@ def train_sentencepiece(directory):
     return tokens, scores, types
 
 
-def spm_files(directory, path_prefix, noprefix_path):
+def spm_files(directory, path_prefix, noprefix_path, gemma_path, phi3_path):
     tokens, scores, types = train_sentencepiece(directory)
     write_gguf(path_prefix, tokens, types, scores=scores, kv={
         "model": "llama", "ggml.bos_token_id": 1, "ggml.eos_token_id": 2,
@@ -216,6 +220,14 @@ def spm_files(directory, path_prefix, noprefix_path):
     write_gguf(noprefix_path, tokens, types, scores=scores, kv={
         "model": "llama", "ggml.bos_token_id": 1, "ggml.eos_token_id": 2,
         "ggml.unknown_token_id": 0, "ggml.add_space_prefix": False})
+    # Gemma stores runs of spaces as spaces; its merges follow token order, not scores.
+    write_gguf(gemma_path, tokens + ["  ", "   "], types + [NORMAL, NORMAL],
+               scores=scores + [-1000.0, -1001.0], arch="gemma2", kv={
+                   "model": "llama", "ggml.bos_token_id": 1, "ggml.eos_token_id": 2,
+                   "ggml.unknown_token_id": 0, "chat_template": LLAMA2_TEMPLATE})
+    write_gguf(phi3_path, tokens, types, scores=scores, arch="phi3", kv={
+        "model": "llama", "ggml.bos_token_id": 1, "ggml.eos_token_id": 2,
+        "ggml.unknown_token_id": 0, "ggml.add_bos_token": False, "ggml.add_eos_token": True})
     return ["<s>", "</s>", "<think>", "<unk>"]
 
 
@@ -284,9 +296,12 @@ def main():
     with tempfile.TemporaryDirectory() as scratch:
         prefix = os.path.join(OUT_DIR, "spm_llama.gguf")
         noprefix = os.path.join(OUT_DIR, "spm_noprefix.gguf")
-        specials = spm_files(scratch, prefix, noprefix)
-        files["spm_llama"] = (prefix, specials)
-        files["spm_noprefix"] = (noprefix, specials)
+        gemma = os.path.join(OUT_DIR, "spm_gemma2.gguf")
+        phi3 = os.path.join(OUT_DIR, "spm_phi3.gguf")
+        specials = spm_files(scratch, prefix, noprefix, gemma, phi3)
+        for name, path in (("spm_llama", prefix), ("spm_noprefix", noprefix),
+                           ("spm_gemma2", gemma), ("spm_phi3", phi3)):
+            files[name] = (path, specials)
     for name, (path, specials) in files.items():
         record(path, specials, os.path.join(OUT_DIR, name + ".cases.json"))
     if os.path.exists(SMOLLM2):
