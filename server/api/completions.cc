@@ -7,6 +7,7 @@
 #include "engine/common/status.h"
 #include "engine/common/strings.h"
 #include "server/api/api_status.h"
+#include "server/api/param_validation.h"
 #include "server/api/completion_job.h"
 #include "server/http/http_server.h"
 #include "server/text/jinja/value.h"
@@ -48,6 +49,7 @@ absl::StatusOr<std::vector<CompletionJob::PromptInfo>> BuildPrompts(
   std::vector<CompletionJob::PromptInfo> prompts;
   if (p.kind == EndpointKind::kChat) {
     LOOM_ASSIGN_OR_RETURN(std::vector<int32_t> ids, RenderChatPrompt(context, p));
+    LOOM_RETURN_IF_ERROR(CheckTokenizedPrompt(ids, context.model.vocab_size, "messages"));
     prompts.push_back({std::move(ids), p.echo ? EchoedChatContent(p) : ""});
     return prompts;
   }
@@ -62,6 +64,7 @@ absl::StatusOr<std::vector<CompletionJob::PromptInfo>> BuildPrompts(
       }
       info.ids = context.tokenizer->Encode(in.text, /*add_special_tokens=*/true);
       info.echo_text = in.text;
+      LOOM_RETURN_IF_ERROR(CheckTokenizedPrompt(info.ids, context.model.vocab_size, "prompt"));
     }
     if (info.ids.empty()) return ParamError("prompt", "the prompt is empty");
     prompts.push_back(std::move(info));

@@ -124,4 +124,16 @@ absl::Status ValidateParams(const CompletionParams& p, const ParseLimits& limits
   return absl::OkStatus();
 }
 
+absl::Status CheckTokenizedPrompt(std::span<const int32_t> ids, int32_t vocab_size,
+                                  std::string_view field) {
+  for (int32_t id : ids) {
+    if (id < 0 || id >= vocab_size) {
+      return ParamError(field, StrCat("the tokenizer produced token id ", id,
+                                      ", which the model's vocabulary of ", vocab_size,
+                                      " tokens does not have"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace loom::api

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -37,6 +38,12 @@ struct ParamNames {
 // Checks every rule above; the first broken one is the error.
 absl::Status ValidateParams(const CompletionParams& params, const ParseLimits& limits,
                             const ParamNames& names);
+
+// A prompt the tokenizer made (from text or a chat template) holds only ids the model has: a
+// tokenizer that knows tokens the model lacks (e.g. an added token past a GGUF vocabulary) gives
+// a ParamError on `field` naming the token id, not an out-of-range embedding lookup.
+absl::Status CheckTokenizedPrompt(std::span<const int32_t> ids, int32_t vocab_size,
+                                  std::string_view field);
 
 // Whether `id` is an acceptable client request id: 1 to kMaxRequestIdBytes visible ASCII
 // characters (0x21-0x7e: no spaces, no control characters).

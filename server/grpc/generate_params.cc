@@ -4,6 +4,7 @@
 
 #include "engine/common/status.h"
 #include "server/api/api_status.h"
+#include "server/api/param_validation.h"
 #include "server/api/completions.h"
 
 namespace loom {
@@ -20,6 +21,7 @@ absl::StatusOr<GenerationRequest> ToGenerationRequest(const ServingContext& ctx,
       return api::ParamError("text", "this model has no tokenizer; send token_ids");
     }
     ids = ctx.tokenizer->Encode(prompt.text, /*add_special_tokens=*/true);
+    LOOM_RETURN_IF_ERROR(api::CheckTokenizedPrompt(ids, ctx.model.vocab_size, "text"));
   }
   if (ids.empty()) return api::ParamError(prompt.is_ids ? "token_ids" : "text", "the prompt is empty");
   LOOM_ASSIGN_OR_RETURN(GenerationRequest r, api::BuildGenerationRequest(ctx, params, ids.size()));

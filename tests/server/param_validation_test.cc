@@ -155,3 +155,19 @@ TEST(ParamValidationTest, RequestIdIsShortAndVisibleAscii) {
 
 }  // namespace
 }  // namespace loom::api
+
+namespace loom::api {
+namespace {
+
+TEST(ParamValidationTest, TokenizedPromptMustFitTheVocabulary) {
+  const std::vector<int32_t> fits = {0, 5, 9};
+  EXPECT_TRUE(CheckTokenizedPrompt(fits, 10, "prompt").ok());
+  const std::vector<int32_t> past = {1, 10};
+  const absl::Status status = CheckTokenizedPrompt(past, 10, "messages");
+  EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
+  EXPECT_EQ(ParamOf(status), "messages");
+  EXPECT_NE(status.message().find("token id 10"), std::string_view::npos) << status;
+}
+
+}  // namespace
+}  // namespace loom::api
