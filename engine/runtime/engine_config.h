@@ -13,7 +13,7 @@
 namespace loom {
 
 struct EngineConfig {
-  // A Hugging Face model folder (config.json, *.safetensors).
+  // A Hugging Face model folder (config.json, *.safetensors) or a GGUF file.
   std::string model_dir;
   BackendKind backend = BackendKind::kCpu;
   // CPU worker threads; 0 = one per available core. At most 1024.

@@ -35,7 +35,7 @@ struct GenerateFlags {
 };
 
 void Declare(FlagSet& f, GenerateFlags& g) {
-  f.String("model", &g.model, "Hugging Face model folder (config.json, *.safetensors)");
+  f.String("model", &g.model, "Hugging Face model folder (config.json, *.safetensors) or GGUF file");
   f.Strings("prompt-ids", &g.prompt_ids, "prompt as comma-separated token ids (repeatable)");
   f.Strings("prompt", &g.prompts, "prompt text, through the model's tokenizer (repeatable)");
   f.Strings("chat", &g.chats,
