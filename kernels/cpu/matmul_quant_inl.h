@@ -7,16 +7,17 @@
 //   w[l] = scale(l) * q[l] + bias        q[l] a small integer, l < 32
 // with one scale per 16 elements (q6_k) or per 32 (the others) and a bias per 32 elements that is
 // zero except for q4_1 (m) and q4_k / q5_k (-dmin * min). A group decodes to 32 signed bytes q
-// (Format::Group), which the vector traits widen to f32 lanes (T::WidenBytes); the scales of a
+// (Format::Group), which the vector traits widen to f32 lanes (T::DecodeGroup: T::WidenBytes of
+// Group, or a direct decode from memory where the level has a faster one); the scales of a
 // whole block are unpacked once per block and weight row (Format::LoadScales), outside the loops
 // over lanes. Activations stay f32; no quantization of x.
 //
 // GEMV (QuantGemvRows, small m): the same row order as matmul_dot_inl.h (a thread's rows cut into
 // kNr equal runs walked side by side, kNr long sequential streams). Per group, row and x row:
-//   t = sum_v x_v * q_v                    (vector FMAs, lanes along k)
-//   acc += t * scale (+ sum_v x_v * bias)   (one FMA per scale, one for the bias)
-// so a group costs 32 / kLanes FMAs per x row plus its decoding, which is shared by the kMr x rows
-// of a tile. The weight bytes are read from memory once; x stays in L1/L2.
+//   t = sum_v x_v * q_v                         (vector FMAs, lanes along k, per half group)
+//   acc += t * scale (+ sum_v x_v * bias')       (one FMA per half, one for bias and offset)
+// so a group costs 32 / kLanes + 2 or 3 FMAs per x row plus its decoding, which is shared by the
+// kMr x rows of a tile. The weight bytes are read from memory once; x stays in L1/L2.
 //
 // GEMM (QuantWidenRows, large m): the panel kernel of matmul_panel_inl.h, whose per-thread weight
 // block is filled here with w = scale * q + bias in f32 (the values of ref::DequantizeRow), kc a
@@ -57,12 +58,15 @@ struct BlockScales {
 };
 
 // Each format: kDType, block size, groups per block, whether groups carry a bias (kHasBias) or
-// two scales (kSplitScale); LoadScales(block, scales); Group(block, g) = the 32 integers q of
-// group g as signed bytes.
+// two scales (kSplitScale), the integer kOffset; LoadScales(block, scales); Group(block, g) = the
+// 32 integers q of group g as signed bytes. Element l of group g is
+//   w = scale * (q[l] + kOffset) + bias
+// (kOffset: q4_0 stores unsigned nibbles, w = d * (q - 8)).
 struct Q8_0Format {
   static constexpr DType kDType = DType::kQ8_0;
   static constexpr int kBlockElems = 32, kBlockBytes = 34, kGroups = 1;
   static constexpr bool kHasBias = false, kSplitScale = false;
+  static constexpr int kOffset = 0;
   static void LoadScales(const uint8_t* b, BlockScales<kGroups>* s) {
     s->scale[0] = s->scale[1] = LoadHalf(b);
     s->bias[0] = 0.0f;
@@ -83,19 +87,19 @@ struct Q4_0Format {
   static constexpr DType kDType = DType::kQ4_0;
   static constexpr int kBlockElems = 32, kBlockBytes = 18, kGroups = 1;
   static constexpr bool kHasBias = false, kSplitScale = false;
+  static constexpr int kOffset = -8;
   static void LoadScales(const uint8_t* b, BlockScales<kGroups>* s) {
     s->scale[0] = s->scale[1] = LoadHalf(b);
     s->bias[0] = 0.0f;
   }
-  static __m256i Group(const uint8_t* b, int /*g*/) {
-    return _mm256_sub_epi8(SplitNibbles16(b + 2), _mm256_set1_epi8(8));
-  }
+  static __m256i Group(const uint8_t* b, int /*g*/) { return SplitNibbles16(b + 2); }
 };
 
 struct Q4_1Format {
   static constexpr DType kDType = DType::kQ4_1;
   static constexpr int kBlockElems = 32, kBlockBytes = 20, kGroups = 1;
   static constexpr bool kHasBias = true, kSplitScale = false;
+  static constexpr int kOffset = 0;
   static void LoadScales(const uint8_t* b, BlockScales<kGroups>* s) {
     s->scale[0] = s->scale[1] = LoadHalf(b);
     s->bias[0] = LoadHalf(b + 2);
@@ -133,6 +137,7 @@ struct Q4_KFormat {
   static constexpr DType kDType = DType::kQ4_K;
   static constexpr int kBlockElems = 256, kBlockBytes = 144, kGroups = 8;
   static constexpr bool kHasBias = true, kSplitScale = false;
+  static constexpr int kOffset = 0;
   static void LoadScales(const uint8_t* b, BlockScales<kGroups>* s) { LoadScalesK4(b, s); }
   static __m256i Group(const uint8_t* b, int g) {
     return Nibbles32(b + 16 + 32 * (g / 2), (g & 1) != 0);
@@ -143,6 +148,7 @@ struct Q5_KFormat {
   static constexpr DType kDType = DType::kQ5_K;
   static constexpr int kBlockElems = 256, kBlockBytes = 176, kGroups = 8;
   static constexpr bool kHasBias = true, kSplitScale = false;
+  static constexpr int kOffset = 0;
   static void LoadScales(const uint8_t* b, BlockScales<kGroups>* s) { LoadScalesK4(b, s); }
   static __m256i Group(const uint8_t* b, int g) {
     const __m256i low = Nibbles32(b + 48 + 32 * (g / 2), (g & 1) != 0);
@@ -157,6 +163,7 @@ struct Q6_KFormat {
   static constexpr DType kDType = DType::kQ6_K;
   static constexpr int kBlockElems = 256, kBlockBytes = 210, kGroups = 8;
   static constexpr bool kHasBias = false, kSplitScale = true;
+  static constexpr int kOffset = 0;
   static void LoadScales(const uint8_t* b, BlockScales<kGroups>* s) {
     const float d = LoadHalf(b + 208);
     const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
@@ -205,17 +212,21 @@ void WithQuantFormat(DType dtype, const Fn& fn) {
 }
 
 // out[a * kNr + r] = sum_k x_rows[a][k] * w(w_rows[r])[k] over `num_blocks` blocks.
+// Per group, row and x row: t0 / t1 = the dot of x with q over the group's first / second half,
+// acc0 += t0 * scale_lo, acc1 += t1 * scale_hi (+ sum(x) * (bias + kOffset * scale)). Two
+// accumulators and two short product chains keep the FMA latency off the critical path.
 template <class T, class F, int kMr, int kNr>
 inline void QuantDotTile(const float* const* x_rows, const uint8_t* const* w_rows,
                          int64_t num_blocks, float* out) {
   using V = typename T::V;
   constexpr int kVecs = 32 / T::kLanes;  // vectors per group
   constexpr int kHalf = kVecs / 2;       // the first kHalf vectors take scale[2g]
-  V acc[kMr][kNr];
+  constexpr bool kNeedsXSum = F::kHasBias || F::kOffset != 0;
+  V acc0[kMr][kNr], acc1[kMr][kNr];
 #pragma GCC unroll 32
   for (int a = 0; a < kMr; ++a) {
 #pragma GCC unroll 32
-    for (int r = 0; r < kNr; ++r) acc[a][r] = T::Zero();
+    for (int r = 0; r < kNr; ++r) acc0[a][r] = acc1[a][r] = T::Zero();
   }
   for (int64_t blk = 0; blk < num_blocks; ++blk) {
     BlockScales<F::kGroups> scales[kNr];
@@ -230,38 +241,38 @@ inline void QuantDotTile(const float* const* x_rows, const uint8_t* const* w_row
     for (int g = 0; g < F::kGroups; ++g) {
       const int64_t kg = k0 + 32 * g;
       V xsum[kMr];
-      if constexpr (F::kHasBias) {
+      if constexpr (kNeedsXSum) {
 #pragma GCC unroll 32
         for (int a = 0; a < kMr; ++a) {
           xsum[a] = T::LoadX(x_rows[a] + kg);
 #pragma GCC unroll 4
-          for (int v = 1; v < kVecs; ++v) xsum[a] = T::Add(xsum[a], T::LoadX(x_rows[a] + kg + v * T::kLanes));
+          for (int v = 1; v < kVecs; ++v) {
+            xsum[a] = T::Add(xsum[a], T::LoadX(x_rows[a] + kg + v * T::kLanes));
+          }
         }
       }
 #pragma GCC unroll 32
       for (int r = 0; r < kNr; ++r) {
         V q[kVecs];
-        T::WidenBytes(F::Group(block[r], g), q);
+        T::template DecodeGroup<F>(block[r], g, q);
+        const V scale_lo = T::Set1(scales[r].scale[2 * g]);
+        const V scale_hi = F::kSplitScale ? T::Set1(scales[r].scale[2 * g + 1]) : scale_lo;
 #pragma GCC unroll 32
         for (int a = 0; a < kMr; ++a) {
           const float* xg = x_rows[a] + kg;
-          if constexpr (F::kSplitScale) {
-            V t0 = T::Mul(T::LoadX(xg), q[0]);
+          V t0 = T::Mul(T::LoadX(xg), q[0]);
 #pragma GCC unroll 4
-            for (int v = 1; v < kHalf; ++v) t0 = T::Fma(T::LoadX(xg + v * T::kLanes), q[v], t0);
-            V t1 = T::Mul(T::LoadX(xg + kHalf * T::kLanes), q[kHalf]);
+          for (int v = 1; v < kHalf; ++v) t0 = T::Fma(T::LoadX(xg + v * T::kLanes), q[v], t0);
+          V t1 = T::Mul(T::LoadX(xg + kHalf * T::kLanes), q[kHalf]);
 #pragma GCC unroll 4
-            for (int v = kHalf + 1; v < kVecs; ++v) t1 = T::Fma(T::LoadX(xg + v * T::kLanes), q[v], t1);
-            acc[a][r] = T::Fma(t0, T::Set1(scales[r].scale[2 * g]), acc[a][r]);
-            acc[a][r] = T::Fma(t1, T::Set1(scales[r].scale[2 * g + 1]), acc[a][r]);
-          } else {
-            V t = T::Mul(T::LoadX(xg), q[0]);
-#pragma GCC unroll 4
-            for (int v = 1; v < kVecs; ++v) t = T::Fma(T::LoadX(xg + v * T::kLanes), q[v], t);
-            acc[a][r] = T::Fma(t, T::Set1(scales[r].scale[2 * g]), acc[a][r]);
+          for (int v = kHalf + 1; v < kVecs; ++v) {
+            t1 = T::Fma(T::LoadX(xg + v * T::kLanes), q[v], t1);
           }
-          if constexpr (F::kHasBias) {
-            acc[a][r] = T::Fma(xsum[a], T::Set1(scales[r].bias[g]), acc[a][r]);
+          acc0[a][r] = T::Fma(t0, scale_lo, acc0[a][r]);
+          acc1[a][r] = T::Fma(t1, scale_hi, acc1[a][r]);
+          if constexpr (kNeedsXSum) {
+            const float bias = scales[r].bias[g] + F::kOffset * scales[r].scale[2 * g];
+            acc1[a][r] = T::Fma(xsum[a], T::Set1(bias), acc1[a][r]);
           }
         }
       }
@@ -270,7 +281,7 @@ inline void QuantDotTile(const float* const* x_rows, const uint8_t* const* w_row
 #pragma GCC unroll 32
   for (int a = 0; a < kMr; ++a) {
 #pragma GCC unroll 32
-    for (int r = 0; r < kNr; ++r) out[a * kNr + r] = T::ReduceAdd(acc[a][r]);
+    for (int r = 0; r < kNr; ++r) out[a * kNr + r] = T::ReduceAdd(T::Add(acc0[a][r], acc1[a][r]));
   }
 }
 
@@ -363,12 +374,14 @@ void QuantWidenRows(const MatmulProjection& p, int64_t k, int64_t n0, int64_t ro
 #pragma GCC unroll 8
       for (int g = 0; g < F::kGroups; ++g) {
         V q[kVecs];
-        T::WidenBytes(F::Group(block, g), q);
+        T::template DecodeGroup<F>(block, g, q);
         const V bias = T::Set1(scales.bias[g]);
 #pragma GCC unroll 4
         for (int v = 0; v < kVecs; ++v) {
           const V scale = T::Set1(scales.scale[2 * g + (v < kHalf ? 0 : 1)]);
-          // scale * q + bias, in the order ref::DequantizeRow computes it.
+          // scale * (q + kOffset) + bias, in the order ref::DequantizeRow computes it (q + kOffset
+          // is exact).
+          if constexpr (F::kOffset != 0) q[v] = T::Add(q[v], T::Set1(float{F::kOffset}));
           V w = T::Mul(q[v], scale);
           if constexpr (F::kHasBias) w = T::Add(w, bias);
           T::Store(out + 32 * g + v * T::kLanes, w);
