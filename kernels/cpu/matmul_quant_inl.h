@@ -4,24 +4,24 @@
 // uses 256-bit integer intrinsics on both levels).
 //
 // Math: every format codes each group of 32 consecutive elements of a row as
-//   w[l] = scale(l) * q[l] + bias        q[l] a small integer, l < 32
+//   w[l] = scale(l) * (q[l] + kOffset) + bias        q[l] a small integer, l < 32
 // with one scale per 16 elements (q6_k) or per 32 (the others) and a bias per 32 elements that is
-// zero except for q4_1 (m) and q4_k / q5_k (-dmin * min). A group decodes to 32 signed bytes q
+// zero except for q4_1 (m) and q4_k / q5_k (-dmin * min); kOffset is -8 for q4_0, else 0. A
+// group decodes to 32 signed bytes q
 // (Format::Group), which the vector traits widen to f32 lanes (T::DecodeGroup: T::WidenBytes of
 // Group, or a direct decode from memory where the level has a faster one); the scales of a
 // whole block are unpacked once per block and weight row (Format::LoadScales), outside the loops
 // over lanes. Activations stay f32; no quantization of x.
 //
 // GEMV (QuantGemvRows, small m): the same row order as matmul_dot_inl.h (a thread's rows cut into
-// kNr equal runs walked side by side, kNr long sequential streams). Per group, row and x row:
-//   t = sum_v x_v * q_v                         (vector FMAs, lanes along k, per half group)
-//   acc += t * scale (+ sum_v x_v * bias')       (one FMA per half, one for bias and offset)
-// so a group costs 32 / kLanes + 2 or 3 FMAs per x row plus its decoding, which is shared by the
-// kMr x rows of a tile. The weight bytes are read from memory once; x stays in L1/L2.
+// kNr equal runs walked side by side, kNr long sequential streams). Per group and weight row the
+// 32 weights are decoded and dequantized in registers (DequantizeGroup: widen, scale, add the
+// bias), then every one of the tile's kMr x rows takes 32 / kLanes FMAs, as for an f32 weight.
+// The dequantized values are those of ref::DequantizeRow, so only the summation order differs
+// from the reference. The weight bytes are read from memory once; x stays in L1/L2.
 //
 // GEMM (QuantWidenRows, large m): the panel kernel of matmul_panel_inl.h, whose per-thread weight
-// block is filled here with w = scale * q + bias in f32 (the values of ref::DequantizeRow), kc a
-// whole number of blocks.
+// block is filled here by the same DequantizeGroup, kc a whole number of blocks.
 //
 // Unnamed namespace on purpose (as matmul_dot_inl.h): every instruction-set file gets its own
 // instantiations.
@@ -211,22 +211,43 @@ void WithQuantFormat(DType dtype, const Fn& fn) {
   }
 }
 
-// out[a * kNr + r] = sum_k x_rows[a][k] * w(w_rows[r])[k] over `num_blocks` blocks.
-// Per group, row and x row: t0 / t1 = the dot of x with q over the group's first / second half,
-// acc0 += t0 * scale_lo, acc1 += t1 * scale_hi (+ sum(x) * (bias + kOffset * scale)). Two
-// accumulators and two short product chains keep the FMA latency off the critical path.
+// The weights of group g as f32 vectors: w = scale * (q + kOffset) + bias, computed as
+// ref::DequantizeRow does (q + kOffset is exact; then a multiply and an add).
+template <class T, class F>
+inline void DequantizeGroup(const uint8_t* block, const BlockScales<F::kGroups>& scales, int g,
+                            typename T::V (&w)[32 / T::kLanes]) {
+  using V = typename T::V;
+  constexpr int kVecs = 32 / T::kLanes;
+  constexpr int kHalf = kVecs / 2;  // the first kHalf vectors take scale[2g], the rest [2g + 1]
+  T::template DecodeGroup<F>(block, g, w);
+  const V scale_lo = T::Set1(scales.scale[2 * g]);
+  const V scale_hi = F::kSplitScale ? T::Set1(scales.scale[2 * g + 1]) : scale_lo;
+#pragma GCC unroll 4
+  for (int v = 0; v < kVecs; ++v) {
+    if constexpr (F::kOffset != 0) w[v] = T::Add(w[v], T::Set1(float{F::kOffset}));
+    w[v] = T::Mul(w[v], v < kHalf ? scale_lo : scale_hi);
+    if constexpr (F::kHasBias) w[v] = T::Add(w[v], T::Set1(scales.bias[g]));
+  }
+}
+
+// out[a * kNr + r] = sum_k x_rows[a][k] * w(w_rows[r])[k] over `num_blocks` blocks. Each group of
+// each weight row is dequantized in registers once per tile and then used by all kMr x rows, so
+// the per-x-row work is that of an f32 dot product. With one x row, two accumulators per weight
+// row keep the FMA latency off the critical path.
 template <class T, class F, int kMr, int kNr>
 inline void QuantDotTile(const float* const* x_rows, const uint8_t* const* w_rows,
                          int64_t num_blocks, float* out) {
   using V = typename T::V;
   constexpr int kVecs = 32 / T::kLanes;  // vectors per group
-  constexpr int kHalf = kVecs / 2;       // the first kHalf vectors take scale[2g]
-  constexpr bool kNeedsXSum = F::kHasBias || F::kOffset != 0;
-  V acc0[kMr][kNr], acc1[kMr][kNr];
+  constexpr int kAccs = kMr == 1 && kVecs > 1 ? 2 : 1;
+  V acc[kAccs][kMr][kNr];
+#pragma GCC unroll 2
+  for (int c = 0; c < kAccs; ++c) {
 #pragma GCC unroll 32
-  for (int a = 0; a < kMr; ++a) {
+    for (int a = 0; a < kMr; ++a) {
 #pragma GCC unroll 32
-    for (int r = 0; r < kNr; ++r) acc0[a][r] = acc1[a][r] = T::Zero();
+      for (int r = 0; r < kNr; ++r) acc[c][a][r] = T::Zero();
+    }
   }
   for (int64_t blk = 0; blk < num_blocks; ++blk) {
     BlockScales<F::kGroups> scales[kNr];
@@ -240,39 +261,16 @@ inline void QuantDotTile(const float* const* x_rows, const uint8_t* const* w_row
 #pragma GCC unroll 8
     for (int g = 0; g < F::kGroups; ++g) {
       const int64_t kg = k0 + 32 * g;
-      V xsum[kMr];
-      if constexpr (kNeedsXSum) {
-#pragma GCC unroll 32
-        for (int a = 0; a < kMr; ++a) {
-          xsum[a] = T::LoadX(x_rows[a] + kg);
-#pragma GCC unroll 4
-          for (int v = 1; v < kVecs; ++v) {
-            xsum[a] = T::Add(xsum[a], T::LoadX(x_rows[a] + kg + v * T::kLanes));
-          }
-        }
-      }
 #pragma GCC unroll 32
       for (int r = 0; r < kNr; ++r) {
-        V q[kVecs];
-        T::template DecodeGroup<F>(block[r], g, q);
-        const V scale_lo = T::Set1(scales[r].scale[2 * g]);
-        const V scale_hi = F::kSplitScale ? T::Set1(scales[r].scale[2 * g + 1]) : scale_lo;
+        V w[kVecs];
+        DequantizeGroup<T, F>(block[r], scales[r], g, w);
 #pragma GCC unroll 32
         for (int a = 0; a < kMr; ++a) {
-          const float* xg = x_rows[a] + kg;
-          V t0 = T::Mul(T::LoadX(xg), q[0]);
 #pragma GCC unroll 4
-          for (int v = 1; v < kHalf; ++v) t0 = T::Fma(T::LoadX(xg + v * T::kLanes), q[v], t0);
-          V t1 = T::Mul(T::LoadX(xg + kHalf * T::kLanes), q[kHalf]);
-#pragma GCC unroll 4
-          for (int v = kHalf + 1; v < kVecs; ++v) {
-            t1 = T::Fma(T::LoadX(xg + v * T::kLanes), q[v], t1);
-          }
-          acc0[a][r] = T::Fma(t0, scale_lo, acc0[a][r]);
-          acc1[a][r] = T::Fma(t1, scale_hi, acc1[a][r]);
-          if constexpr (kNeedsXSum) {
-            const float bias = scales[r].bias[g] + F::kOffset * scales[r].scale[2 * g];
-            acc1[a][r] = T::Fma(xsum[a], T::Set1(bias), acc1[a][r]);
+          for (int v = 0; v < kVecs; ++v) {
+            acc[v % kAccs][a][r] =
+                T::Fma(T::LoadX(x_rows[a] + kg + v * T::kLanes), w[v], acc[v % kAccs][a][r]);
           }
         }
       }
@@ -281,7 +279,11 @@ inline void QuantDotTile(const float* const* x_rows, const uint8_t* const* w_row
 #pragma GCC unroll 32
   for (int a = 0; a < kMr; ++a) {
 #pragma GCC unroll 32
-    for (int r = 0; r < kNr; ++r) out[a * kNr + r] = T::ReduceAdd(T::Add(acc0[a][r], acc1[a][r]));
+    for (int r = 0; r < kNr; ++r) {
+      V sum = acc[0][a][r];
+      if constexpr (kAccs == 2) sum = T::Add(sum, acc[1][a][r]);
+      out[a * kNr + r] = T::ReduceAdd(sum);
+    }
   }
 }
 
@@ -359,7 +361,6 @@ void QuantWidenRows(const MatmulProjection& p, int64_t k, int64_t n0, int64_t ro
                     int64_t len, int64_t ld, float* dst) {
   using V = typename T::V;
   constexpr int kVecs = 32 / T::kLanes;
-  constexpr int kHalf = kVecs / 2;
   const int64_t row_bytes = DTypeRowBytes(F::kDType, k);
   const int64_t first_block = k0 / F::kBlockElems;
   const int64_t num_blocks = len / F::kBlockElems;
@@ -373,19 +374,10 @@ void QuantWidenRows(const MatmulProjection& p, int64_t k, int64_t n0, int64_t ro
       float* out = out_row + blk * F::kBlockElems;
 #pragma GCC unroll 8
       for (int g = 0; g < F::kGroups; ++g) {
-        V q[kVecs];
-        T::template DecodeGroup<F>(block, g, q);
-        const V bias = T::Set1(scales.bias[g]);
+        V w[kVecs];
+        DequantizeGroup<T, F>(block, scales, g, w);
 #pragma GCC unroll 4
-        for (int v = 0; v < kVecs; ++v) {
-          const V scale = T::Set1(scales.scale[2 * g + (v < kHalf ? 0 : 1)]);
-          // scale * (q + kOffset) + bias, in the order ref::DequantizeRow computes it (q + kOffset
-          // is exact).
-          if constexpr (F::kOffset != 0) q[v] = T::Add(q[v], T::Set1(float{F::kOffset}));
-          V w = T::Mul(q[v], scale);
-          if constexpr (F::kHasBias) w = T::Add(w, bias);
-          T::Store(out + 32 * g + v * T::kLanes, w);
-        }
+        for (int v = 0; v < kVecs; ++v) T::Store(out + 32 * g + v * T::kLanes, w[v]);
       }
     }
   }
