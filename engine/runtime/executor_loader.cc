@@ -107,12 +107,23 @@ absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(const Engin
   LOOM_RETURN_IF_ERROR(CheckEngineConfig(config));
   std::unique_ptr<LocalExecutor> ex(new LocalExecutor());
   ex->config_ = config;
+  // A folder's config.json is read first (its absence is the clearest error); a GGUF file's
+  // hyper-parameters are in the file itself.
+  const bool gguf = IsGgufFile(config.model_dir);
+  ModelConfig model_config;
+  if (!gguf) {
+    LOOM_ASSIGN_OR_RETURN(model_config, LoadModelConfig(config.model_dir, nullptr));
+  }
   MapOptions map_options;
   map_options.populate = config.populate_weights;
   LOOM_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::Open(config.model_dir, map_options));
   ex->checkpoint_ = std::make_unique<Checkpoint>(std::move(checkpoint));
-  LOOM_ASSIGN_OR_RETURN(ModelConfig model_config,
-                        LoadModelConfig(config.model_dir, ex->checkpoint_->gguf()));
+  if (gguf) {
+    if (ex->checkpoint_->gguf() == nullptr) {
+      return absl::FailedPreconditionError(StrCat(config.model_dir, ": changed while loading"));
+    }
+    LOOM_ASSIGN_OR_RETURN(model_config, LoadModelConfig(config.model_dir, ex->checkpoint_->gguf()));
+  }
   std::vector<std::string> unexpected;
   LOOM_ASSIGN_OR_RETURN(DecoderWeights weights,
                         BindDecoderWeights(model_config, *ex->checkpoint_, &unexpected));
