@@ -18,21 +18,24 @@
 // Block-quantized weights: DType kQ8_0, kQ4_0, kQ4_1 (blocks of 32 elements) and kQ4_K, kQ5_K,
 // kQ6_K (blocks of 256), bit-compatible with GGUF/ggml (layouts in kernels/ref/quant_ref.h). A row
 // is DTypeRowBytes(dtype, k) bytes; k must be a whole number of blocks (else kInvalidArgument).
-// x stays f32; the weights are decoded in registers, so the result is ref::DequantizeRow followed
-// by an f32 matmul, up to summation order:
-//   GEMV: per group of 32 elements the integers q are widened to f32 and dotted with x, then
-//     scaled once per scale (and the group's bias times sum(x) added): matmul_quant_inl.h. The
+// x stays f32; the weights are dequantized in registers to exactly the values of
+// ref::DequantizeRow, so the result is that of an f32 matmul on them up to summation order:
+//   GEMV: per group of 32 elements of a weight row the integers are widened to f32, scaled and
+//     biased in registers (matmul_quant_inl.h), then dotted with every x row of the tile. The
 //     scales of a block are unpacked once per block and weight row. Every weight byte is read once.
 //   GEMM: the panel kernel, its per-thread weight block dequantized to f32 (the FMA panels on
 //     AVX2 / AVX-512; with AMX, quantized groups run the AVX-512 panel GEMM, not the tiles).
 //   Scalar: each block dequantized by the reference decoder, then dotted.
 // Formats may differ between the projections of one group (q4_k next to q6_k, or a float weight).
+// There is no int8-activation path (x quantized to q8 blocks, integer dot products): with f32 x
+// the decode is compute bound on AVX2 for the 4- and 6-bit formats (bench/results/
+// cpu_matmul_quant.md), which such a path, opt-in through MatmulOptions, would address.
 //
 // The group form runs several weights that share x (q/k/v, gate/up) together: their rows are
 // concatenated and split evenly over the threads in one parallel region.
 //
-// Accuracy: quantized weights as above (within ~1e-6 of sum_k |x| * (|scale * q| + |bias|)); the
-// FMA paths multiply exactly (bf16/f16 weights widen to f32 exactly) and accumulate
+// Accuracy: quantized weights as above (exact dequantized weights, f32 sums); the FMA paths
+// multiply exactly (bf16/f16 weights widen to f32 exactly) and accumulate
 // in f32, so they match the f32 reference up to summation order (~1e-6 of sum_k |x·w|). The AMX
 // default (split bf16) is within 2^-17 of exact per product; the explicit MatmulPrecision::kBf16
 // rounds x to bf16 (up to ~4e-3 of sum_k |x·w|). With the default precision a token's output

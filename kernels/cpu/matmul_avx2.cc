@@ -77,6 +77,42 @@ struct Avx2 {
     out[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
     out[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(hi, hi)));
   }
+  // Group g of a quantized block as four f32 vectors of q. The nibble formats and q8_0 widen
+  // straight from memory (vpmovzxbd / vpmovsxbd with a memory operand: 8 bytes per load, no
+  // cross-lane shuffle); q5_k and q6_k go through their 32-byte form.
+  static __m256i Bytes8(const uint8_t* p) {
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  }
+  template <class F>
+  static void DecodeGroup(const uint8_t* block, int g, V (&out)[4]) {
+    const __m256i low4 = _mm256_set1_epi32(15);
+    if constexpr (std::is_same_v<F, Q8_0Format>) {
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) {
+        out[v] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 2 + 8 * v))));
+      }
+    } else if constexpr (std::is_same_v<F, Q4_0Format> || std::is_same_v<F, Q4_1Format>) {
+      // Byte l of qs holds element l (low nibble) and l + 16 (high nibble).
+      const uint8_t* qs = block + (std::is_same_v<F, Q4_0Format> ? 2 : 4);
+      const __m256i a = Bytes8(qs), b = Bytes8(qs + 8);
+      out[0] = _mm256_cvtepi32_ps(_mm256_and_si256(a, low4));
+      out[1] = _mm256_cvtepi32_ps(_mm256_and_si256(b, low4));
+      out[2] = _mm256_cvtepi32_ps(_mm256_srli_epi32(a, 4));
+      out[3] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
+    } else if constexpr (std::is_same_v<F, Q4_KFormat>) {
+      // Group 2c takes the low nibbles of qs[32c ..], group 2c + 1 the high ones.
+      const uint8_t* qs = block + 16 + 32 * (g / 2);
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) {
+        const __m256i bytes = Bytes8(qs + 8 * v);
+        out[v] = _mm256_cvtepi32_ps((g & 1) ? _mm256_srli_epi32(bytes, 4)
+                                            : _mm256_and_si256(bytes, low4));
+      }
+    } else {
+      WidenBytes(F::Group(block, g), out);
+    }
+  }
   // GEMV tiles of quantized weights: weight rows per tile for m = 1, m = 2 and larger m (in
   // chunks of kQuantMrMax x rows).
   static constexpr int kQuantRowsM1 = 4;

@@ -71,6 +71,10 @@ struct Avx512 {
     out[0] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(bytes)));
     out[1] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(bytes, 1)));
   }
+  template <class F>
+  static void DecodeGroup(const uint8_t* block, int g, V (&out)[2]) {
+    WidenBytes(F::Group(block, g), out);
+  }
   // GEMV tiles of quantized weights: weight rows per tile for m = 1, m = 2 and larger m (in
   // chunks of kQuantMrMax x rows).
   static constexpr int kQuantRowsM1 = 8;

@@ -4,23 +4,24 @@
 // uses 256-bit integer intrinsics on both levels).
 //
 // Math: every format codes each group of 32 consecutive elements of a row as
-//   w[l] = scale(l) * q[l] + bias        q[l] a small integer, l < 32
+//   w[l] = scale(l) * (q[l] + kOffset) + bias        q[l] a small integer, l < 32
 // with one scale per 16 elements (q6_k) or per 32 (the others) and a bias per 32 elements that is
-// zero except for q4_1 (m) and q4_k / q5_k (-dmin * min). A group decodes to 32 signed bytes q
-// (Format::Group), which the vector traits widen to f32 lanes (T::WidenBytes); the scales of a
+// zero except for q4_1 (m) and q4_k / q5_k (-dmin * min); kOffset is -8 for q4_0, else 0. A
+// group decodes to 32 signed bytes q
+// (Format::Group), which the vector traits widen to f32 lanes (T::DecodeGroup: T::WidenBytes of
+// Group, or a direct decode from memory where the level has a faster one); the scales of a
 // whole block are unpacked once per block and weight row (Format::LoadScales), outside the loops
 // over lanes. Activations stay f32; no quantization of x.
 //
 // GEMV (QuantGemvRows, small m): the same row order as matmul_dot_inl.h (a thread's rows cut into
-// kNr equal runs walked side by side, kNr long sequential streams). Per group, row and x row:
-//   t = sum_v x_v * q_v                    (vector FMAs, lanes along k)
-//   acc += t * scale (+ sum_v x_v * bias)   (one FMA per scale, one for the bias)
-// so a group costs 32 / kLanes FMAs per x row plus its decoding, which is shared by the kMr x rows
-// of a tile. The weight bytes are read from memory once; x stays in L1/L2.
+// kNr equal runs walked side by side, kNr long sequential streams). Per group and weight row the
+// 32 weights are decoded and dequantized in registers (DequantizeGroup: widen, scale, add the
+// bias), then every one of the tile's kMr x rows takes 32 / kLanes FMAs, as for an f32 weight.
+// The dequantized values are those of ref::DequantizeRow, so only the summation order differs
+// from the reference. The weight bytes are read from memory once; x stays in L1/L2.
 //
 // GEMM (QuantWidenRows, large m): the panel kernel of matmul_panel_inl.h, whose per-thread weight
-// block is filled here with w = scale * q + bias in f32 (the values of ref::DequantizeRow), kc a
-// whole number of blocks.
+// block is filled here by the same DequantizeGroup, kc a whole number of blocks.
 //
 // Unnamed namespace on purpose (as matmul_dot_inl.h): every instruction-set file gets its own
 // instantiations.
@@ -57,12 +58,15 @@ struct BlockScales {
 };
 
 // Each format: kDType, block size, groups per block, whether groups carry a bias (kHasBias) or
-// two scales (kSplitScale); LoadScales(block, scales); Group(block, g) = the 32 integers q of
-// group g as signed bytes.
+// two scales (kSplitScale), the integer kOffset; LoadScales(block, scales); Group(block, g) = the
+// 32 integers q of group g as signed bytes. Element l of group g is
+//   w = scale * (q[l] + kOffset) + bias
+// (kOffset: q4_0 stores unsigned nibbles, w = d * (q - 8)).
 struct Q8_0Format {
   static constexpr DType kDType = DType::kQ8_0;
   static constexpr int kBlockElems = 32, kBlockBytes = 34, kGroups = 1;
   static constexpr bool kHasBias = false, kSplitScale = false;
+  static constexpr int kOffset = 0;
   static void LoadScales(const uint8_t* b, BlockScales<kGroups>* s) {
     s->scale[0] = s->scale[1] = LoadHalf(b);
     s->bias[0] = 0.0f;
@@ -83,19 +87,19 @@ struct Q4_0Format {
   static constexpr DType kDType = DType::kQ4_0;
   static constexpr int kBlockElems = 32, kBlockBytes = 18, kGroups = 1;
   static constexpr bool kHasBias = false, kSplitScale = false;
+  static constexpr int kOffset = -8;
   static void LoadScales(const uint8_t* b, BlockScales<kGroups>* s) {
     s->scale[0] = s->scale[1] = LoadHalf(b);
     s->bias[0] = 0.0f;
   }
-  static __m256i Group(const uint8_t* b, int /*g*/) {
-    return _mm256_sub_epi8(SplitNibbles16(b + 2), _mm256_set1_epi8(8));
-  }
+  static __m256i Group(const uint8_t* b, int /*g*/) { return SplitNibbles16(b + 2); }
 };
 
 struct Q4_1Format {
   static constexpr DType kDType = DType::kQ4_1;
   static constexpr int kBlockElems = 32, kBlockBytes = 20, kGroups = 1;
   static constexpr bool kHasBias = true, kSplitScale = false;
+  static constexpr int kOffset = 0;
   static void LoadScales(const uint8_t* b, BlockScales<kGroups>* s) {
     s->scale[0] = s->scale[1] = LoadHalf(b);
     s->bias[0] = LoadHalf(b + 2);
@@ -133,6 +137,7 @@ struct Q4_KFormat {
   static constexpr DType kDType = DType::kQ4_K;
   static constexpr int kBlockElems = 256, kBlockBytes = 144, kGroups = 8;
   static constexpr bool kHasBias = true, kSplitScale = false;
+  static constexpr int kOffset = 0;
   static void LoadScales(const uint8_t* b, BlockScales<kGroups>* s) { LoadScalesK4(b, s); }
   static __m256i Group(const uint8_t* b, int g) {
     return Nibbles32(b + 16 + 32 * (g / 2), (g & 1) != 0);
@@ -143,6 +148,7 @@ struct Q5_KFormat {
   static constexpr DType kDType = DType::kQ5_K;
   static constexpr int kBlockElems = 256, kBlockBytes = 176, kGroups = 8;
   static constexpr bool kHasBias = true, kSplitScale = false;
+  static constexpr int kOffset = 0;
   static void LoadScales(const uint8_t* b, BlockScales<kGroups>* s) { LoadScalesK4(b, s); }
   static __m256i Group(const uint8_t* b, int g) {
     const __m256i low = Nibbles32(b + 48 + 32 * (g / 2), (g & 1) != 0);
@@ -157,6 +163,7 @@ struct Q6_KFormat {
   static constexpr DType kDType = DType::kQ6_K;
   static constexpr int kBlockElems = 256, kBlockBytes = 210, kGroups = 8;
   static constexpr bool kHasBias = false, kSplitScale = true;
+  static constexpr int kOffset = 0;
   static void LoadScales(const uint8_t* b, BlockScales<kGroups>* s) {
     const float d = LoadHalf(b + 208);
     const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
@@ -204,18 +211,43 @@ void WithQuantFormat(DType dtype, const Fn& fn) {
   }
 }
 
-// out[a * kNr + r] = sum_k x_rows[a][k] * w(w_rows[r])[k] over `num_blocks` blocks.
+// The weights of group g as f32 vectors: w = scale * (q + kOffset) + bias, computed as
+// ref::DequantizeRow does (q + kOffset is exact; then a multiply and an add).
+template <class T, class F>
+inline void DequantizeGroup(const uint8_t* block, const BlockScales<F::kGroups>& scales, int g,
+                            typename T::V (&w)[32 / T::kLanes]) {
+  using V = typename T::V;
+  constexpr int kVecs = 32 / T::kLanes;
+  constexpr int kHalf = kVecs / 2;  // the first kHalf vectors take scale[2g], the rest [2g + 1]
+  T::template DecodeGroup<F>(block, g, w);
+  const V scale_lo = T::Set1(scales.scale[2 * g]);
+  const V scale_hi = F::kSplitScale ? T::Set1(scales.scale[2 * g + 1]) : scale_lo;
+#pragma GCC unroll 4
+  for (int v = 0; v < kVecs; ++v) {
+    if constexpr (F::kOffset != 0) w[v] = T::Add(w[v], T::Set1(float{F::kOffset}));
+    w[v] = T::Mul(w[v], v < kHalf ? scale_lo : scale_hi);
+    if constexpr (F::kHasBias) w[v] = T::Add(w[v], T::Set1(scales.bias[g]));
+  }
+}
+
+// out[a * kNr + r] = sum_k x_rows[a][k] * w(w_rows[r])[k] over `num_blocks` blocks. Each group of
+// each weight row is dequantized in registers once per tile and then used by all kMr x rows, so
+// the per-x-row work is that of an f32 dot product. With one x row, two accumulators per weight
+// row keep the FMA latency off the critical path.
 template <class T, class F, int kMr, int kNr>
 inline void QuantDotTile(const float* const* x_rows, const uint8_t* const* w_rows,
                          int64_t num_blocks, float* out) {
   using V = typename T::V;
   constexpr int kVecs = 32 / T::kLanes;  // vectors per group
-  constexpr int kHalf = kVecs / 2;       // the first kHalf vectors take scale[2g]
-  V acc[kMr][kNr];
+  constexpr int kAccs = kMr == 1 && kVecs > 1 ? 2 : 1;
+  V acc[kAccs][kMr][kNr];
+#pragma GCC unroll 2
+  for (int c = 0; c < kAccs; ++c) {
 #pragma GCC unroll 32
-  for (int a = 0; a < kMr; ++a) {
+    for (int a = 0; a < kMr; ++a) {
 #pragma GCC unroll 32
-    for (int r = 0; r < kNr; ++r) acc[a][r] = T::Zero();
+      for (int r = 0; r < kNr; ++r) acc[c][a][r] = T::Zero();
+    }
   }
   for (int64_t blk = 0; blk < num_blocks; ++blk) {
     BlockScales<F::kGroups> scales[kNr];
@@ -229,39 +261,16 @@ inline void QuantDotTile(const float* const* x_rows, const uint8_t* const* w_row
 #pragma GCC unroll 8
     for (int g = 0; g < F::kGroups; ++g) {
       const int64_t kg = k0 + 32 * g;
-      V xsum[kMr];
-      if constexpr (F::kHasBias) {
-#pragma GCC unroll 32
-        for (int a = 0; a < kMr; ++a) {
-          xsum[a] = T::LoadX(x_rows[a] + kg);
-#pragma GCC unroll 4
-          for (int v = 1; v < kVecs; ++v) xsum[a] = T::Add(xsum[a], T::LoadX(x_rows[a] + kg + v * T::kLanes));
-        }
-      }
 #pragma GCC unroll 32
       for (int r = 0; r < kNr; ++r) {
-        V q[kVecs];
-        T::WidenBytes(F::Group(block[r], g), q);
+        V w[kVecs];
+        DequantizeGroup<T, F>(block[r], scales[r], g, w);
 #pragma GCC unroll 32
         for (int a = 0; a < kMr; ++a) {
-          const float* xg = x_rows[a] + kg;
-          if constexpr (F::kSplitScale) {
-            V t0 = T::Mul(T::LoadX(xg), q[0]);
 #pragma GCC unroll 4
-            for (int v = 1; v < kHalf; ++v) t0 = T::Fma(T::LoadX(xg + v * T::kLanes), q[v], t0);
-            V t1 = T::Mul(T::LoadX(xg + kHalf * T::kLanes), q[kHalf]);
-#pragma GCC unroll 4
-            for (int v = kHalf + 1; v < kVecs; ++v) t1 = T::Fma(T::LoadX(xg + v * T::kLanes), q[v], t1);
-            acc[a][r] = T::Fma(t0, T::Set1(scales[r].scale[2 * g]), acc[a][r]);
-            acc[a][r] = T::Fma(t1, T::Set1(scales[r].scale[2 * g + 1]), acc[a][r]);
-          } else {
-            V t = T::Mul(T::LoadX(xg), q[0]);
-#pragma GCC unroll 4
-            for (int v = 1; v < kVecs; ++v) t = T::Fma(T::LoadX(xg + v * T::kLanes), q[v], t);
-            acc[a][r] = T::Fma(t, T::Set1(scales[r].scale[2 * g]), acc[a][r]);
-          }
-          if constexpr (F::kHasBias) {
-            acc[a][r] = T::Fma(xsum[a], T::Set1(scales[r].bias[g]), acc[a][r]);
+          for (int v = 0; v < kVecs; ++v) {
+            acc[v % kAccs][a][r] =
+                T::Fma(T::LoadX(x_rows[a] + kg + v * T::kLanes), w[v], acc[v % kAccs][a][r]);
           }
         }
       }
@@ -270,7 +279,11 @@ inline void QuantDotTile(const float* const* x_rows, const uint8_t* const* w_row
 #pragma GCC unroll 32
   for (int a = 0; a < kMr; ++a) {
 #pragma GCC unroll 32
-    for (int r = 0; r < kNr; ++r) out[a * kNr + r] = T::ReduceAdd(acc[a][r]);
+    for (int r = 0; r < kNr; ++r) {
+      V sum = acc[0][a][r];
+      if constexpr (kAccs == 2) sum = T::Add(sum, acc[1][a][r]);
+      out[a * kNr + r] = T::ReduceAdd(sum);
+    }
   }
 }
 
@@ -348,7 +361,6 @@ void QuantWidenRows(const MatmulProjection& p, int64_t k, int64_t n0, int64_t ro
                     int64_t len, int64_t ld, float* dst) {
   using V = typename T::V;
   constexpr int kVecs = 32 / T::kLanes;
-  constexpr int kHalf = kVecs / 2;
   const int64_t row_bytes = DTypeRowBytes(F::kDType, k);
   const int64_t first_block = k0 / F::kBlockElems;
   const int64_t num_blocks = len / F::kBlockElems;
@@ -362,17 +374,10 @@ void QuantWidenRows(const MatmulProjection& p, int64_t k, int64_t n0, int64_t ro
       float* out = out_row + blk * F::kBlockElems;
 #pragma GCC unroll 8
       for (int g = 0; g < F::kGroups; ++g) {
-        V q[kVecs];
-        T::WidenBytes(F::Group(block, g), q);
-        const V bias = T::Set1(scales.bias[g]);
+        V w[kVecs];
+        DequantizeGroup<T, F>(block, scales, g, w);
 #pragma GCC unroll 4
-        for (int v = 0; v < kVecs; ++v) {
-          const V scale = T::Set1(scales.scale[2 * g + (v < kHalf ? 0 : 1)]);
-          // scale * q + bias, in the order ref::DequantizeRow computes it.
-          V w = T::Mul(q[v], scale);
-          if constexpr (F::kHasBias) w = T::Add(w, bias);
-          T::Store(out + 32 * g + v * T::kLanes, w);
-        }
+        for (int v = 0; v < kVecs; ++v) T::Store(out + 32 * g + v * T::kLanes, w[v]);
       }
     }
   }

@@ -29,9 +29,8 @@ namespace loom::cpu {
 namespace {
 
 // The kernels multiply f32 x by the exact dequantized weights (decoded in registers) and sum in
-// f32 in another order than the reference, partly as scale * sum(x * q) + bias * sum(x): an error
-// of a few f32 roundings of sum_k |x| * (|scale * q| + |bias|), which stays below 1e-5 of
-// sum_k |x * w| for these data. A decoding error is of the order of a whole term.
+// f32 in another order than the reference: far below 1e-5 of sum_k |x * w|. A decoding error
+// (a nibble, a scale, a high bit) is of the order of a whole term.
 constexpr double kTolerance = 1e-5;
 
 constexpr DType kFormats[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
