@@ -35,7 +35,8 @@ def _safe_div(num: np.ndarray, den: np.ndarray) -> np.ndarray:
 def _scale_min_blocks(x: np.ndarray, levels: int):
     """Per-superblock f16 d/dmin, 6-bit sc/m per sub-block of 32, and the quantized values.
 
-    x: [n_blocks, 8, 32] float32. Returns d, dmin (f16 [n]), sc, m (uint8 [n, 8]), q (uint8 [n, 8, 32]).
+    x: [n_blocks, 8, 32] float32. Returns d, dmin (f16 [n]), sc, m (uint8 [n, 8]) and
+    q (uint8 [n, 8, 32]).
     """
     lo = np.minimum(x.min(-1), 0.0)  # [n, 8], <= 0
     hi = x.max(-1)

@@ -22,7 +22,8 @@ formats) and read back by transformers (`gguf_file=`), which dequantizes them.
 
 Usage: make_golden.py [--out DIR] [--only NAME|GROUP[,...]] [--threads N]
   GROUP: safetensors (the Hugging Face folders) or gguf (the GGUF files).
-Requires torch, transformers (5.x), safetensors, gguf and accelerate: deploy/install-deps.sh --golden.
+Requires torch, transformers (5.x), safetensors, gguf and accelerate:
+deploy/install-deps.sh --golden.
 """
 
 from __future__ import annotations
@@ -829,7 +830,8 @@ def build_gguf_variant(v: dict, out_root: Path) -> dict:
     for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                 "num_attention_heads", "num_key_value_heads", "tie_word_embeddings",
                 "max_position_embeddings"):
-        assert getattr(mc, key) == getattr(config, key), (key, getattr(mc, key), getattr(config, key))
+        assert getattr(mc, key) == getattr(config, key), (key, getattr(mc, key),
+                                                          getattr(config, key))
     # GGUF stores rms_norm_eps as float32 (1e-5 becomes 9.99999975e-06).
     assert mc.rms_norm_eps == float(np.float32(config.rms_norm_eps)), mc.rms_norm_eps
     assert mc.rope_parameters["rope_theta"] == config.rope_parameters["rope_theta"]

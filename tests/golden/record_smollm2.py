@@ -101,7 +101,7 @@ def logits(model, ids: list[int]) -> torch.Tensor:
     return model(input_ids=torch.tensor([ids]), use_cache=False).logits[0].float()
 
 
-def chat_ids(tok, messages, generation_prompt: bool) -> list[int]:
+def chat_ids(tok, messages, generation_prompt: bool) -> tuple[list[int], str]:
     text = tok.apply_chat_template(messages, tokenize=False,
                                    add_generation_prompt=generation_prompt)
     return tok(text, add_special_tokens=False)["input_ids"], text
