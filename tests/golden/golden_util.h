@@ -35,6 +35,9 @@ struct GoldenPrompt {
 
 struct Golden {
   std::string dir;
+  // What the engine loads: `dir` itself (a Hugging Face folder) or the GGUF file in it that
+  // reference.json names as "model_file".
+  std::string model_path;
   int32_t vocab = 0;
   float tolerance = 0;
   std::unique_ptr<Checkpoint> tensors;  // reference.safetensors
@@ -54,6 +57,10 @@ inline std::unique_ptr<Golden> LoadGolden(const std::string& name) {
   EXPECT_TRUE(text.ok()) << text.status();
   const auto ref = Json::Parse(*text);
   EXPECT_TRUE(ref.ok()) << ref.status();
+  g->model_path = g->dir;
+  const auto model_file = ref->GetString("model_file", std::string());
+  EXPECT_TRUE(model_file.ok()) << model_file.status();
+  if (model_file.ok() && !model_file->empty()) g->model_path = g->dir + "/" + *model_file;
   g->vocab = static_cast<int32_t>(*ref->Get("model")->GetInt("vocab_size"));
   g->tolerance = static_cast<float>(*ref->Get("tolerance")->GetDouble("logits_abs"));
   auto tensors = Checkpoint::Open(g->dir + "/reference.safetensors");
@@ -99,7 +106,7 @@ struct EngineSetup {
 
 inline std::unique_ptr<LocalExecutor> MakeExecutor(const Golden& g, const EngineSetup& setup) {
   EngineConfig config;
-  config.model_dir = g.dir;
+  config.model_dir = g.model_path;
   config.block_size = setup.block_size;
   config.kv_dtype = setup.kv_dtype;
   config.num_threads = setup.num_threads;

@@ -17,22 +17,34 @@ cross-checked against sdpa attention and against an independent float64
 implementation in this file (`Float64Reference`) that follows the semantics
 written down in README.md; the observed differences are recorded.
 
-Usage: make_golden.py [--out DIR] [--only NAME[,NAME...]] [--threads N]
-Requires torch, transformers (5.x) and safetensors: deploy/install-deps.sh --golden.
+GGUF_VARIANTS are written as GGUF files (model.gguf, llama.cpp's layout, float and block-quantized
+formats) and read back by transformers (`gguf_file=`), which dequantizes them.
+
+Usage: make_golden.py [--out DIR] [--only NAME|GROUP[,...]] [--threads N]
+  GROUP: safetensors (the Hugging Face folders) or gguf (the GGUF files).
+Requires torch, transformers (5.x), safetensors, gguf and accelerate:
+deploy/install-deps.sh --golden.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import math
+import os
 import shutil
 import sys
 from pathlib import Path
 
+os.environ.setdefault("TQDM_DISABLE", "1")  # transformers' GGUF loader reports progress
+
+import gguf
+import numpy as np
 import torch
 import transformers
 from safetensors.torch import load_file, save_file
+import kquants
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
@@ -241,13 +253,18 @@ class Float64Reference:
     names, so it does not share any code with transformers.
     """
 
-    def __init__(self, folder: Path):
+    @classmethod
+    def from_folder(cls, folder: Path) -> "Float64Reference":
         cfg = json.loads((folder / "config.json").read_text())
-        self.cfg = cfg
         w = {}
         for f in sorted(folder.glob("model*.safetensors")):
-            for k, v in load_file(str(f)).items():
-                w[k] = v.to(torch.float64)
+            w.update(load_file(str(f)))
+        return cls(cfg, w)
+
+    def __init__(self, cfg: dict, weights: dict):
+        """cfg: config.json as a dict; weights: Hugging Face names -> tensors (any float dtype)."""
+        self.cfg = cfg
+        w = {k: v.to(torch.float64) for k, v in weights.items()}
         self.w = w
         self.hidden = cfg["hidden_size"]
         self.n_heads = cfg["num_attention_heads"]
@@ -375,6 +392,56 @@ def greedy(model, ids: list[int]):
     return tokens, torch.stack(step_logits), margins
 
 
+def record_prompts(v: dict, model, model_sdpa, ref64: "Float64Reference"):
+    """Draws the prompts of variant `v` and records transformers' logits and greedy tokens.
+
+    Returns (tensors for reference.safetensors, prompt entries for reference.json, max |sdpa -
+    eager|, max |float64 - eager|, flattened logits of every recorded row)."""
+    name = v["name"]
+    vocab = model.config.vocab_size
+    tensors = {}
+    prompts = []
+    max_sdpa = max_f64 = 0.0
+    all_logits = []
+    for i, plen in enumerate(v["prompt_lens"]):
+        assert plen + GREEDY_STEPS <= model.config.max_position_embeddings
+        attempt = 0
+        while True:
+            gen = torch.Generator().manual_seed(v["seed"] * 1000 + i * 37 + attempt)
+            # Avoid the special ids 0..3 in prompts; any id is legal for the model.
+            ids = torch.randint(4, vocab, (plen,), generator=gen).tolist()
+            tokens, step_logits, margins = greedy(model, ids)
+            if min(margins) >= MIN_GREEDY_MARGIN and len(set(tokens)) >= MIN_DISTINCT_GREEDY:
+                break
+            attempt += 1
+            assert attempt < 50, f"{name}: no usable prompt of length {plen}"
+        prompt_logits = forward_logits(model, ids)
+        full = ids + tokens
+        # Logits at all positions of prompt + generated tokens: the greedy steps are rows
+        # plen-1 .. plen+30 of this one forward (causal), so check consistency too.
+        full_eager = forward_logits(model, full)
+        assert torch.allclose(full_eager[plen - 1:plen - 1 + GREEDY_STEPS], step_logits, atol=1e-4)
+        assert torch.allclose(full_eager[:plen], prompt_logits, atol=1e-4)
+        full_sdpa = forward_logits(model_sdpa, full)
+        full_64 = ref64.logits(full)
+        max_sdpa = max(max_sdpa, float((full_sdpa - full_eager).abs().max()))
+        max_f64 = max(max_f64, float((full_64 - full_eager.double()).abs().max()))
+
+        tensors[f"prompt{i}.logits"] = prompt_logits.contiguous()
+        tensors[f"prompt{i}.greedy_logits"] = step_logits.contiguous()
+        all_logits.append(prompt_logits.flatten())
+        all_logits.append(step_logits.flatten())
+        prompts.append(dict(
+            token_ids=ids,
+            greedy=tokens,
+            greedy_margins=[round(m, 6) for m in margins],
+            min_greedy_margin=round(min(margins), 6),
+            logits_tensor=f"prompt{i}.logits",
+            greedy_logits_tensor=f"prompt{i}.greedy_logits",
+        ))
+    return tensors, prompts, max_sdpa, max_f64, all_logits
+
+
 def rewrite_legacy_config(folder: Path, overrides: dict) -> None:
     """Rewrites config.json into the layout of published pre-transformers-5 checkpoints:
     top-level rope_theta, rope_scaling (null when there is no scaling), torch_dtype
@@ -443,7 +510,7 @@ def build_variant(v: dict, out_root: Path) -> dict:
         assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
 
     model_sdpa = load("sdpa")
-    ref64 = Float64Reference(folder)
+    ref64 = Float64Reference.from_folder(folder)
     assert getattr(model.config, "sliding_window", None) == ref64.window
     if rope_params(model.config.to_dict())["rope_type"] == "llama3":
         # Make sure all three llama3 bands (kept, interpolated, divided) occur.
@@ -455,47 +522,7 @@ def build_variant(v: dict, out_root: Path) -> dict:
     hf_inv_freq = model.model.rotary_emb.inv_freq.double()
     inv_freq_diff = float((hf_inv_freq - ref64.inv_freq).abs().max() / ref64.inv_freq.abs().max())
 
-    vocab = model.config.vocab_size
-    tensors = {}
-    prompts = []
-    max_sdpa = max_f64 = 0.0
-    all_logits = []
-    for i, plen in enumerate(v["prompt_lens"]):
-        assert plen + GREEDY_STEPS <= model.config.max_position_embeddings
-        attempt = 0
-        while True:
-            gen = torch.Generator().manual_seed(v["seed"] * 1000 + i * 37 + attempt)
-            # Avoid the special ids 0..3 in prompts; any id is legal for the model.
-            ids = torch.randint(4, vocab, (plen,), generator=gen).tolist()
-            tokens, step_logits, margins = greedy(model, ids)
-            if min(margins) >= MIN_GREEDY_MARGIN and len(set(tokens)) >= MIN_DISTINCT_GREEDY:
-                break
-            attempt += 1
-            assert attempt < 50, f"{name}: no usable prompt of length {plen}"
-        prompt_logits = forward_logits(model, ids)
-        full = ids + tokens
-        # Logits at all positions of prompt + generated tokens: the greedy steps are rows
-        # plen-1 .. plen+30 of this one forward (causal), so check consistency too.
-        full_eager = forward_logits(model, full)
-        assert torch.allclose(full_eager[plen - 1:plen - 1 + GREEDY_STEPS], step_logits, atol=1e-4)
-        assert torch.allclose(full_eager[:plen], prompt_logits, atol=1e-4)
-        full_sdpa = forward_logits(model_sdpa, full)
-        full_64 = ref64.logits(full)
-        max_sdpa = max(max_sdpa, float((full_sdpa - full_eager).abs().max()))
-        max_f64 = max(max_f64, float((full_64 - full_eager.double()).abs().max()))
-
-        tensors[f"prompt{i}.logits"] = prompt_logits.contiguous()
-        tensors[f"prompt{i}.greedy_logits"] = step_logits.contiguous()
-        all_logits.append(prompt_logits.flatten())
-        all_logits.append(step_logits.flatten())
-        prompts.append(dict(
-            token_ids=ids,
-            greedy=tokens,
-            greedy_margins=[round(m, 6) for m in margins],
-            min_greedy_margin=round(min(margins), 6),
-            logits_tensor=f"prompt{i}.logits",
-            greedy_logits_tensor=f"prompt{i}.greedy_logits",
-        ))
+    tensors, prompts, max_sdpa, max_f64, all_logits = record_prompts(v, model, model_sdpa, ref64)
     save_file(tensors, str(folder / "reference.safetensors"), metadata={"format": "pt"})
 
     logits_std = float(torch.cat(all_logits).std())
@@ -570,6 +597,328 @@ def build_variant(v: dict, out_root: Path) -> dict:
     return ref
 
 
+# ----------------------------------------------------------------------------------------
+# GGUF variants
+# ----------------------------------------------------------------------------------------
+# Tiny random-weight models written as GGUF files the way llama.cpp's converter and quantizer
+# lay them out: llama.cpp tensor names, `llama` q/k rows permuted for interleaved RoPE, 1-D
+# tensors (norms, biases) in F32, matrices in the variant's formats. transformers reads the
+# file back (dequantizing and un-permuting itself) for the references.
+#
+# "types": GGML type per tensor: "default" for every matrix, overridden by exact GGUF tensor
+# name. Block formats need whole blocks per row (32 values; 256 for the k-quants), so the
+# k-quant variants use hidden 256 and intermediate 512 (down_proj rows hold two superblocks).
+GGUF_PROMPT_LENS = [1, 6, 21]
+_GGUF_LLAMA_SMALL = dict(
+    vocab_size=256, hidden_size=64, intermediate_size=192, num_hidden_layers=2,
+    num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5, rope_theta=10000.0,
+    max_position_embeddings=128, bos_token_id=1, eos_token_id=2)
+_GGUF_LLAMA_128 = dict(_GGUF_LLAMA_SMALL, hidden_size=128, intermediate_size=256)
+_GGUF_LLAMA_256 = dict(_GGUF_LLAMA_SMALL, hidden_size=256, intermediate_size=512)
+_UNTIED = dict(embed_std=1.0, lm_head_gain=2.0)
+_TIED = dict(embed_std=0.25, out_gain=4.0)
+GGUF_VARIANTS = [
+    dict(
+        name="gguf_llama_f32", gguf_arch="llama", architecture="LlamaForCausalLM",
+        config_cls=LlamaConfig, config=dict(_GGUF_LLAMA_SMALL, tie_word_embeddings=False),
+        types=dict(default="F32"), file_type="ALL_F32", init=_UNTIED, seed=2001,
+        exercises="GGUF `llama`, all F32: llama.cpp tensor names, q/k rows permuted for "
+        "interleaved RoPE (k with the 2 KV heads), GQA 4/2, untied output.",
+    ),
+    dict(
+        name="gguf_qwen2_f16", gguf_arch="qwen2", architecture="Qwen2ForCausalLM",
+        config_cls=Qwen2Config,
+        config=dict(_GGUF_LLAMA_SMALL, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                    tie_word_embeddings=True, use_sliding_window=False, sliding_window=None),
+        types=dict(default="F16"), file_type="MOSTLY_F16", init=_TIED, seed=2002,
+        exercises="GGUF `qwen2`, F16 matrices: q/k/v biases (F32), no q/k permutation, tied "
+        "embeddings (no output.weight).",
+    ),
+    dict(
+        name="gguf_qwen3_bf16", gguf_arch="qwen3", architecture="Qwen3ForCausalLM",
+        config_cls=Qwen3Config,
+        config=dict(_GGUF_LLAMA_SMALL, num_attention_heads=2, num_key_value_heads=1,
+                    head_dim=128, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                    tie_word_embeddings=False, use_sliding_window=False, attention_bias=False),
+        types=dict(default="BF16"), file_type="MOSTLY_BF16", init=_UNTIED, seed=2003,
+        exercises="GGUF `qwen3`, BF16 matrices: per-head q/k RMSNorm (attn_q_norm/attn_k_norm), "
+        "head_dim 128 from attention.key_length (!= hidden/heads; transformers' Qwen3 default), "
+        "MQA 2/1.",
+    ),
+    dict(
+        name="gguf_q8_0", gguf_arch="llama", architecture="LlamaForCausalLM",
+        config_cls=LlamaConfig, config=dict(_GGUF_LLAMA_128, tie_word_embeddings=True),
+        types=dict(default="Q8_0"), file_type="MOSTLY_Q8_0", init=_TIED, seed=2004,
+        exercises="Q8_0 everywhere, including the embedding, which is also the (tied) LM head; "
+        "llama q/k permutation of quantized rows.",
+    ),
+    dict(
+        name="gguf_q4_0", gguf_arch="llama", architecture="LlamaForCausalLM",
+        config_cls=LlamaConfig,
+        config=dict(_GGUF_LLAMA_128, intermediate_size=352, tie_word_embeddings=False),
+        types=dict(default="Q4_0"), file_type="MOSTLY_Q4_0", init=_UNTIED, seed=2005,
+        exercises="Q4_0 everywhere (embedding and output too); intermediate 352 = 11 blocks per "
+        "down_proj row.",
+    ),
+    dict(
+        name="gguf_q4_1", gguf_arch="llama", architecture="LlamaForCausalLM",
+        config_cls=LlamaConfig, config=dict(_GGUF_LLAMA_128, tie_word_embeddings=True),
+        types=dict(default="Q4_1"), file_type="MOSTLY_Q4_1", init=_TIED, seed=2006,
+        exercises="Q4_1 everywhere, tied (the layout of the default SmolLM2 Q4_1 file).",
+    ),
+    dict(
+        name="gguf_q4_k", gguf_arch="llama", architecture="LlamaForCausalLM",
+        config_cls=LlamaConfig, config=dict(_GGUF_LLAMA_256, tie_word_embeddings=False),
+        types=dict(default="Q4_K"), file_type="MOSTLY_Q4_K_S", init=_UNTIED, seed=2007,
+        exercises="Q4_K everywhere (8 sub-blocks with 6-bit scales and mins per 256 values).",
+    ),
+    dict(
+        name="gguf_q5_k", gguf_arch="llama", architecture="LlamaForCausalLM",
+        config_cls=LlamaConfig, config=dict(_GGUF_LLAMA_256, tie_word_embeddings=True),
+        types=dict(default="Q5_K"), file_type="MOSTLY_Q5_K_S", init=_TIED, seed=2008,
+        exercises="Q5_K everywhere (fifth bits in a separate 32-byte plane), tied.",
+    ),
+    dict(
+        name="gguf_q6_k", gguf_arch="llama", architecture="LlamaForCausalLM",
+        config_cls=LlamaConfig, config=dict(_GGUF_LLAMA_256, tie_word_embeddings=False),
+        types=dict(default="Q6_K"), file_type="MOSTLY_Q6_K", init=_UNTIED, seed=2009,
+        exercises="Q6_K everywhere (16 signed 8-bit scales per 256 values).",
+    ),
+    dict(
+        name="gguf_q4_k_m", gguf_arch="llama", architecture="LlamaForCausalLM",
+        config_cls=LlamaConfig, config=dict(_GGUF_LLAMA_256, tie_word_embeddings=False),
+        # llama.cpp's Q4_K_M: Q6_K for the output and for attn_v / ffn_down of the layers its
+        # use_more_bits() picks (of 2 layers: the last), Q4_K elsewhere.
+        types={"default": "Q4_K", "output.weight": "Q6_K", "blk.1.attn_v.weight": "Q6_K",
+               "blk.1.ffn_down.weight": "Q6_K"},
+        file_type="MOSTLY_Q4_K_M", init=_UNTIED, seed=2010,
+        exercises="Q4_K_M-style mix: Q4_K with Q6_K output, layer-1 attn_v and ffn_down (q/k/v "
+        "of one layer in different formats; layers differing).",
+    ),
+]
+for _v in GGUF_VARIANTS:
+    _v.setdefault("prompt_lens", GGUF_PROMPT_LENS)
+
+_GGUF_GLOBAL_NAMES = {"model.embed_tokens": "token_embd", "model.norm": "output_norm",
+                      "lm_head": "output"}
+_GGUF_LAYER_NAMES = {
+    "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+    "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
+    "self_attn.k_norm": "attn_k_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+}
+
+
+def gguf_tensor_name(hf_name: str) -> str:
+    stem, param = hf_name.rsplit(".", 1)
+    if stem in _GGUF_GLOBAL_NAMES:
+        return f"{_GGUF_GLOBAL_NAMES[stem]}.{param}"
+    parts = stem.split(".")
+    assert parts[:2] == ["model", "layers"], hf_name
+    return f"blk.{parts[2]}.{_GGUF_LAYER_NAMES['.'.join(parts[3:])]}.{param}"
+
+
+def llama_permute(w: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp convert_hf_to_gguf.py's q/k row order (for its interleaved RoPE)."""
+    return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
+            .swapaxes(1, 2).reshape(w.shape))
+
+
+def llama_unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
+    return (w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:])
+            .swapaxes(1, 2).reshape(w.shape))
+
+
+def gguf_encode(x: np.ndarray, type_name: str):
+    """(data for GGUFWriter.add_tensor, raw_dtype or None, the values the data decodes to)."""
+    if type_name == "F32":
+        data = np.ascontiguousarray(x, dtype=np.float32)
+        return data, None, data
+    if type_name == "F16":
+        data = x.astype(np.float16)
+        return data, None, data.astype(np.float32)
+    qtype = gguf.GGMLQuantizationType[type_name]
+    if type_name in kquants.ENCODERS:
+        data = kquants.ENCODERS[type_name](x)
+    else:
+        data = gguf.quants.quantize(x, qtype)  # BF16, Q8_0, Q4_0, Q4_1
+    decoded = gguf.quants.dequantize(data, qtype).astype(np.float32).reshape(x.shape)
+    return data, qtype, decoded
+
+
+def write_gguf(v: dict, config, state: dict, path: Path):
+    """Writes the float32 Hugging Face `state` as a GGUF file. Returns ({gguf name: type},
+    {hf name: float32 tensor holding what the file decodes to, in Hugging Face row order})."""
+    arch = v["gguf_arch"]
+    c = config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(f"loom golden {v['name']}")
+    w.add_file_type(int(gguf.LlamaFileType[v["file_type"]]))
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    w.add_context_length(c.max_position_embeddings)
+    w.add_embedding_length(c.hidden_size)
+    w.add_feed_forward_length(c.intermediate_size)
+    w.add_block_count(c.num_hidden_layers)
+    w.add_head_count(c.num_attention_heads)
+    w.add_head_count_kv(c.num_key_value_heads)
+    w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    w.add_rope_freq_base(c.rope_parameters["rope_theta"])
+    w.add_vocab_size(c.vocab_size)
+    if arch == "llama":
+        w.add_rope_dimension_count(head_dim)
+    if head_dim != c.hidden_size // c.num_attention_heads:
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
+    w.add_bos_token_id(c.bos_token_id)
+    w.add_eos_token_id(c.eos_token_id)
+
+    types, decoded = {}, {}
+    tied = bool(c.tie_word_embeddings)
+    for hf_name in state:
+        if tied and hf_name == "lm_head.weight":
+            continue
+        name = gguf_tensor_name(hf_name)
+        x = state[hf_name].detach().to(torch.float32).numpy()
+        permute = None
+        if arch == "llama" and name.endswith(("attn_q.weight", "attn_q.bias")):
+            permute = c.num_attention_heads
+        elif arch == "llama" and name.endswith(("attn_k.weight", "attn_k.bias")):
+            permute = c.num_key_value_heads
+        if permute is not None:
+            x = llama_permute(x, permute)
+        type_name = "F32" if x.ndim == 1 else v["types"].get(name, v["types"]["default"])
+        data, raw_dtype, dec = gguf_encode(x, type_name)
+        if permute is not None:
+            dec = llama_unpermute(dec, permute)
+        w.add_tensor(name, data, raw_dtype=raw_dtype)
+        types[name] = type_name
+        decoded[hf_name] = torch.from_numpy(np.ascontiguousarray(dec))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return types, decoded
+
+
+def build_gguf_variant(v: dict, out_root: Path) -> dict:
+    name = v["name"]
+    folder = out_root / name
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    config = v["config_cls"](**v["config"])
+    config.architectures = [v["architecture"]]
+    torch.manual_seed(v["seed"])
+    source = getattr(transformers, v["architecture"])(config).to(torch.float32).eval()
+    randomize(source, v["seed"], v["init"])
+    state = dict(sorted(source.state_dict().items()))
+    del source
+    gguf_path = folder / "model.gguf"
+    types, decoded = write_gguf(v, config, state, gguf_path)
+
+    def load(attn: str):
+        m = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_path.name,
+                                                 dtype=torch.float32, attn_implementation=attn)
+        return m.eval()
+
+    model = load("eager")
+    assert type(model).__name__ == v["architecture"], type(model).__name__
+    mc = model.config
+    # transformers must read the file's hyper-parameters as the ones it was written from.
+    for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                "num_attention_heads", "num_key_value_heads", "tie_word_embeddings",
+                "max_position_embeddings"):
+        assert getattr(mc, key) == getattr(config, key), (key, getattr(mc, key),
+                                                          getattr(config, key))
+    # GGUF stores rms_norm_eps as float32 (1e-5 becomes 9.99999975e-06).
+    assert mc.rms_norm_eps == float(np.float32(config.rms_norm_eps)), mc.rms_norm_eps
+    assert mc.rope_parameters["rope_theta"] == config.rope_parameters["rope_theta"]
+    head_dim = getattr(mc, "head_dim", None) or mc.hidden_size // mc.num_attention_heads
+    assert head_dim == (getattr(config, "head_dim", None)
+                        or config.hidden_size // config.num_attention_heads)
+    # ... and the tensors as what the blocks decode to, back in Hugging Face row order (this
+    # checks transformers' un-permutation against ours).
+    sd = model.state_dict()
+    for k, t in decoded.items():
+        assert torch.equal(sd[k], t), k
+    if mc.tie_word_embeddings:
+        assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+
+    model_sdpa = load("sdpa")
+    # The float64 forward reads the source config and our own decoding of the file.
+    cfg64 = config.to_dict()
+    cfg64["rms_norm_eps"] = mc.rms_norm_eps
+    ref64 = Float64Reference(cfg64, decoded)
+    tensors, prompts, max_sdpa, max_f64, all_logits = record_prompts(v, model, model_sdpa, ref64)
+    save_file(tensors, str(folder / "reference.safetensors"), metadata={"format": "pt"})
+
+    logits_std = float(torch.cat(all_logits).std())
+    max_logit = float(torch.cat(all_logits).abs().max())
+    worst = max(max_f64, max_sdpa)
+    tol = max(1e-3, float(f"{20 * worst:.1g}"))
+    type_counts = {}
+    for t in types.values():
+        type_counts[t] = type_counts.get(t, 0) + 1
+    ref = dict(
+        name=name,
+        architecture=v["architecture"],
+        storage_dtype="gguf",
+        reference_dtype="float32",
+        attn_implementation="eager",
+        transformers_version=transformers.__version__,
+        torch_version=torch.__version__.split("+")[0],
+        gguf_version=importlib.metadata.version("gguf"),
+        exercises=v["exercises"],
+        config_style="gguf",
+        model_file=gguf_path.name,
+        checkpoint_files=[gguf_path.name],
+        gguf=dict(
+            architecture=v["gguf_arch"],
+            file_type=v["file_type"],
+            qk_rows_permuted=v["gguf_arch"] == "llama",
+            type_counts=dict(sorted(type_counts.items())),
+            tensor_types=types,
+        ),
+        model=dict(
+            vocab_size=mc.vocab_size,
+            hidden_size=mc.hidden_size,
+            num_hidden_layers=mc.num_hidden_layers,
+            num_attention_heads=mc.num_attention_heads,
+            num_key_value_heads=mc.num_key_value_heads,
+            head_dim=head_dim,
+            attention_scale=head_dim ** -0.5,
+            rms_norm_eps=mc.rms_norm_eps,
+            tie_word_embeddings=bool(mc.tie_word_embeddings),
+            sliding_window=None,
+            qk_norm=any(k.endswith("q_norm.weight") for k in decoded),
+            biases=sorted({k.split(".")[-2] for k in decoded if k.endswith(".bias")}),
+            rope=dict(rope_params(mc.to_dict()), layout="rotate_half (pairs i and i + head_dim/2)"),
+        ),
+        prompts=prompts,
+        greedy_steps=GREEDY_STEPS,
+        tolerance=dict(
+            logits_abs=tol,
+            note=(
+                f"Absolute, on float32 logits (std {logits_std:.2f}) of the weights as the file "
+                f"decodes them (exactly representable in float32, so the engine and the reference "
+                f"compute with the same weights). Observed over all prompt and greedy positions: "
+                f"independent float64 forward vs HF float32 eager max |diff| {max_f64:.2e}; HF "
+                f"sdpa vs eager {max_sdpa:.2e}; the bound is 20x the larger, at least 1e-3. "
+                f"Every greedy step has a top-1/top-2 gap >= {MIN_GREEDY_MARGIN}."
+            ),
+        ),
+        checks=dict(fp64_vs_fp32_max_abs=max_f64, sdpa_vs_eager_max_abs=max_sdpa),
+        logits_std=logits_std,
+        logits_max_abs=max_logit,
+    )
+    (folder / "reference.json").write_text(json.dumps(ref, indent=2) + "\n")
+    if max_f64 > tol / 5:
+        print(f"WARNING {name}: float64 vs float32 differ by {max_f64:.2e}", file=sys.stderr)
+    return ref
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=HERE / "models")
@@ -580,16 +929,22 @@ def main() -> int:
     torch.use_deterministic_algorithms(True)
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
-    names = [n for n in args.only.split(",") if n]
-    known = {v["name"] for v in VARIANTS}
-    for n in names:
+    groups = {"safetensors": [v["name"] for v in VARIANTS],
+              "gguf": [v["name"] for v in GGUF_VARIANTS]}
+    names = set()
+    for n in (n for n in args.only.split(",") if n):
+        names.update(groups.get(n, [n]))
+    known = set(groups["safetensors"] + groups["gguf"])
+    for n in sorted(names):
         if n not in known:
-            ap.error(f"unknown variant {n}; known: {', '.join(sorted(known))}")
+            ap.error(f"unknown variant {n}; known: {', '.join(sorted(known))} "
+                     f"(or a group: safetensors, gguf)")
     args.out.mkdir(parents=True, exist_ok=True)
-    for v in VARIANTS:
+    work = [(v, build_variant) for v in VARIANTS] + [(v, build_gguf_variant) for v in GGUF_VARIANTS]
+    for v, build in work:
         if names and v["name"] not in names:
             continue
-        ref = build_variant(v, args.out)
+        ref = build(v, args.out)
         size = sum(p.stat().st_size for p in (args.out / v["name"]).iterdir())
         print(f"{v['name']:20s} logits_std {ref['logits_std']:.2f}  "
               f"fp64 {ref['checks']['fp64_vs_fp32_max_abs']:.2e}  "
