@@ -1,5 +1,6 @@
 // Matmul dispatch: validates a call, picks the instruction set (options.isa or SelectedIsa()) and
-// the path (GEMV for m <= MatmulGemvMaxM(isa), GEMM above), and calls that level's entry point in
+// the path (GEMV for m <= MatmulGemvMaxM(isa), or MatmulQuantGemvMaxM with a quantized weight;
+// GEMM above), and calls that level's entry point in
 // matmul_{scalar,avx2,avx512,amx}.cc.
 #include "kernels/cpu/matmul.h"
 
@@ -118,15 +119,61 @@ int64_t MatmulGemvMaxM(Isa isa) {
   return 4;
 }
 
+int64_t MatmulQuantGemvMaxM(Isa isa, QuantActivations quant_activations) {
+  // bench/results/cpu_matmul_quant.md (BM_QuantPathCrossover, AVX2). With f32 x the quantized
+  // GEMV decodes each weight once per tile of 4 x rows and then spends an f32 FMA per weight and
+  // x row plus the widening, so the panel GEMM (weights dequantized once per block and reused
+  // over 16-token panels) wins from QUANT_F32_LIMIT rows on; the int8 GEMV's integer dots are ~4x
+  // cheaper per weight and x row and keep it ahead up to QUANT_INT8_LIMIT. AVX-512 / AMX: the same
+  // limits until measured there; scalar: the float limit.
+  constexpr int64_t kF32Limit = 2, kInt8Limit = 8;
+  const bool int8 = quant_activations == QuantActivations::kInt8;
+  switch (isa) {
+    case Isa::kScalar:
+      return MatmulGemvMaxM(isa);
+    case Isa::kAvx2:
+    case Isa::kAvx512:
+    case Isa::kAmx:
+      return int8 ? kInt8Limit : kF32Limit;
+  }
+  return 1;
+}
+
 MatmulPath ChooseMatmulPath(int64_t m, const MatmulOptions& options) {
   if (options.path != MatmulPath::kAuto) return options.path;
   return m <= MatmulGemvMaxM(ResolveIsa(options)) ? MatmulPath::kGemv : MatmulPath::kGemm;
 }
 
+MatmulPath ChooseMatmulPath(int64_t m, std::span<const MatmulProjection> projections,
+                            const MatmulOptions& options) {
+  if (options.path != MatmulPath::kAuto) return options.path;
+  bool quantized = false;
+  for (const MatmulProjection& p : projections) quantized = quantized || IsQuantizedDType(p.dtype);
+  if (!quantized) return ChooseMatmulPath(m, options);
+  const Isa isa = ResolveIsa(options);
+  return m <= MatmulQuantGemvMaxM(isa, options.quant_activations) ? MatmulPath::kGemv
+                                                                  : MatmulPath::kGemm;
+}
+
 size_t MatmulWorkspaceBytes(int64_t m, int64_t k, int num_threads, const MatmulOptions& options) {
   if (m <= 0 || k <= 0) return 0;
-  if (ChooseMatmulPath(m, options) != MatmulPath::kGemm) return 0;
-  return GemmWorkspaceBytes(ResolveIsa(options), m, k, num_threads, options.precision);
+  // The group's weights are not known here: size for both the float and the quantized choice.
+  const Isa isa = ResolveIsa(options);
+  const bool float_gemm = ChooseMatmulPath(m, options) == MatmulPath::kGemm;
+  const bool quant_gemm =
+      options.path == MatmulPath::kAuto
+          ? m > MatmulQuantGemvMaxM(isa, options.quant_activations)
+          : options.path == MatmulPath::kGemm;
+  size_t bytes = 0;
+  if (float_gemm || quant_gemm) {
+    bytes = GemmWorkspaceBytes(isa, m, k, num_threads, options.precision);
+  }
+  if (!quant_gemm && options.quant_activations == QuantActivations::kInt8 &&
+      isa != Isa::kScalar) {
+    const size_t int8 = matmul_internal::Int8XWorkspaceBytes(m, k);
+    bytes = int8 > bytes ? int8 : bytes;
+  }
+  return bytes;
 }
 
 MatmulStatus Matmul(const MatmulInput& x, const MatmulProjection& projection, ThreadPool& pool,
@@ -155,8 +202,9 @@ MatmulStatus MatmulGroup(const MatmulInput& x, std::span<const MatmulProjection>
   if (required > 0 && (workspace == nullptr || workspace_bytes < required)) {
     return MatmulStatus::kWorkspaceTooSmall;
   }
-  const GroupArgs args{x, projections, options.precision, workspace, workspace_bytes};
-  Run(isa, ChooseMatmulPath(x.m, options), args, pool);
+  const GroupArgs args{x, projections, options.precision, options.quant_activations, workspace,
+                       workspace_bytes};
+  Run(isa, ChooseMatmulPath(x.m, projections, options), args, pool);
   return MatmulStatus::kOk;
 }
 
