@@ -119,25 +119,34 @@ int64_t MatmulGemvMaxM(Isa isa) {
   return 4;
 }
 
-int64_t MatmulQuantGemvMaxM(Isa isa, QuantActivations quant_activations) {
-  // bench/results/cpu_matmul_quant.md (BM_QuantPathCrossover, AVX2). With f32 x the quantized
-  // GEMV decodes each weight once per tile of 4 x rows and then spends an f32 FMA per weight and
-  // x row plus the widening, so the panel GEMM (weights dequantized once per block and reused
-  // over 16-token panels) wins from QUANT_F32_LIMIT rows on; the int8 GEMV's integer dots are ~4x
-  // cheaper per weight and x row and keep it ahead up to QUANT_INT8_LIMIT. AVX-512 / AMX: the same
-  // limits until measured there; scalar: the float limit.
-  constexpr int64_t kF32Limit = 2, kInt8Limit = 8;
-  const bool int8 = quant_activations == QuantActivations::kInt8;
-  switch (isa) {
-    case Isa::kScalar:
-      return MatmulGemvMaxM(isa);
-    case Isa::kAvx2:
-    case Isa::kAvx512:
-    case Isa::kAmx:
-      return int8 ? kInt8Limit : kF32Limit;
-  }
-  return 1;
+int64_t MatmulQuantGemvMaxM(Isa isa, DType dtype, QuantActivations quant_activations) {
+  // bench/results/cpu_matmul_quant.md (BM_QuantPathCrossover, AVX2, 2 threads). With f32 x the
+  // quantized GEMV pays the widening and an f32 FMA per weight and x row; the panel GEMM
+  // (weights dequantized once per block, reused over 16-token panels) catches up at about 16 rows
+  // for q8_0 / q4_0 and between 4 and 8 for the k-quants, whose decode costs more. The int8 GEMV
+  // stays ahead of the GEMM through 16 rows for every format. AVX-512 / AMX: the AVX2 figures
+  // until measured there; scalar: the float limit.
+  if (isa == Isa::kScalar) return MatmulGemvMaxM(isa);
+  if (quant_activations == QuantActivations::kInt8) return 16;
+  const bool k_quant = TraitsOf(dtype).block_elems == 256;
+  return k_quant ? 4 : 8;
 }
+
+namespace {
+
+// The smallest and largest quantized GEMV limit over all formats (for the workspace size, which
+// does not know the weights).
+int64_t QuantGemvMaxMOverFormats(Isa isa, QuantActivations mode, bool largest) {
+  int64_t out = -1;
+  for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ5_K,
+                      DType::kQ6_K}) {
+    const int64_t limit = MatmulQuantGemvMaxM(isa, dtype, mode);
+    if (out < 0 || (largest ? limit > out : limit < out)) out = limit;
+  }
+  return out;
+}
+
+}  // namespace
 
 MatmulPath ChooseMatmulPath(int64_t m, const MatmulOptions& options) {
   if (options.path != MatmulPath::kAuto) return options.path;
@@ -147,12 +156,16 @@ MatmulPath ChooseMatmulPath(int64_t m, const MatmulOptions& options) {
 MatmulPath ChooseMatmulPath(int64_t m, std::span<const MatmulProjection> projections,
                             const MatmulOptions& options) {
   if (options.path != MatmulPath::kAuto) return options.path;
-  bool quantized = false;
-  for (const MatmulProjection& p : projections) quantized = quantized || IsQuantizedDType(p.dtype);
-  if (!quantized) return ChooseMatmulPath(m, options);
+  // The smallest limit of the group's quantized formats (one path per group).
   const Isa isa = ResolveIsa(options);
-  return m <= MatmulQuantGemvMaxM(isa, options.quant_activations) ? MatmulPath::kGemv
-                                                                  : MatmulPath::kGemm;
+  int64_t limit = -1;
+  for (const MatmulProjection& p : projections) {
+    if (!IsQuantizedDType(p.dtype)) continue;
+    const int64_t l = MatmulQuantGemvMaxM(isa, p.dtype, options.quant_activations);
+    limit = limit < 0 || l < limit ? l : limit;
+  }
+  if (limit < 0) return ChooseMatmulPath(m, options);
+  return m <= limit ? MatmulPath::kGemv : MatmulPath::kGemm;
 }
 
 size_t MatmulWorkspaceBytes(int64_t m, int64_t k, int num_threads, const MatmulOptions& options) {
@@ -160,16 +173,19 @@ size_t MatmulWorkspaceBytes(int64_t m, int64_t k, int num_threads, const MatmulO
   // The group's weights are not known here: size for both the float and the quantized choice.
   const Isa isa = ResolveIsa(options);
   const bool float_gemm = ChooseMatmulPath(m, options) == MatmulPath::kGemm;
-  const bool quant_gemm =
-      options.path == MatmulPath::kAuto
-          ? m > MatmulQuantGemvMaxM(isa, options.quant_activations)
-          : options.path == MatmulPath::kGemm;
+  const QuantActivations mode = options.quant_activations;
+  // Whether some quantized group may take the GEMM path, and some the GEMV.
+  const bool quant_gemm = options.path == MatmulPath::kAuto
+                              ? m > QuantGemvMaxMOverFormats(isa, mode, /*largest=*/false)
+                              : options.path == MatmulPath::kGemm;
+  const bool quant_gemv = options.path == MatmulPath::kAuto
+                              ? m <= QuantGemvMaxMOverFormats(isa, mode, /*largest=*/true)
+                              : options.path == MatmulPath::kGemv;
   size_t bytes = 0;
   if (float_gemm || quant_gemm) {
     bytes = GemmWorkspaceBytes(isa, m, k, num_threads, options.precision);
   }
-  if (!quant_gemm && options.quant_activations == QuantActivations::kInt8 &&
-      isa != Isa::kScalar) {
+  if (quant_gemv && mode == QuantActivations::kInt8 && isa != Isa::kScalar) {
     const size_t int8 = matmul_internal::Int8XWorkspaceBytes(m, k);
     bytes = int8 > bytes ? int8 : bytes;
   }

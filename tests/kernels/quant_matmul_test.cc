@@ -507,11 +507,18 @@ TEST(QuantMatmulPathTest, QuantizedGroupsUseTheirOwnLimit) {
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
     for (QuantActivations mode : {QuantActivations::kF32, QuantActivations::kInt8}) {
       const MatmulOptions options{MatmulPrecision::kHighest, MatmulPath::kAuto, isa, mode};
-      const int64_t limit = MatmulQuantGemvMaxM(isa, mode);
+      const int64_t limit = MatmulQuantGemvMaxM(isa, DType::kQ4_K, mode);
       EXPECT_GE(limit, 1);
       EXPECT_EQ(ChooseMatmulPath(limit, quant, options), MatmulPath::kGemv);
       EXPECT_EQ(ChooseMatmulPath(limit + 1, quant, options), MatmulPath::kGemm);
       EXPECT_EQ(ChooseMatmulPath(limit + 1, bf16, options), ChooseMatmulPath(limit + 1, options));
+      // A group takes the smallest limit of its formats.
+      const MatmulProjection mixed[2] = {{weight.data(), DType::kQ8_0, 1, nullptr, y, 1},
+                                         {weight.data(), DType::kQ6_K, 1, nullptr, y, 1}};
+      const int64_t q8_limit = MatmulQuantGemvMaxM(isa, DType::kQ8_0, mode);
+      const int64_t q6_limit = MatmulQuantGemvMaxM(isa, DType::kQ6_K, mode);
+      const int64_t m_past = std::min(q8_limit, q6_limit) + 1;
+      EXPECT_EQ(ChooseMatmulPath(m_past, mixed, options), MatmulPath::kGemm) << IsaName(isa);
       for (int64_t m = 1; m <= 20; ++m) {
         const size_t bytes = MatmulWorkspaceBytes(m, 4096, 2, options);
         const bool gemm = ChooseMatmulPath(m, quant, options) == MatmulPath::kGemm ||
