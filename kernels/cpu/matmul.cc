@@ -124,8 +124,8 @@ int64_t MatmulQuantGemvMaxM(Isa isa, DType dtype, QuantActivations quant_activat
   // quantized GEMV pays the widening and an f32 FMA per weight and x row; the panel GEMM
   // (weights dequantized once per block, reused over 16-token panels) catches up at about 16 rows
   // for q8_0 / q4_0 and between 4 and 8 for the k-quants, whose decode costs more. The int8 GEMV
-  // is ahead of the GEMM, or level, through 16 rows for every format. AVX-512 / AMX: the AVX2 figures
-  // until measured there; scalar: the float limit.
+  // is ahead of the GEMM, or level, through 16 rows for every format. AVX-512 / AMX: the AVX2
+  // figures until measured there; scalar: the float limit.
   if (isa == Isa::kScalar) return MatmulGemvMaxM(isa);
   if (quant_activations == QuantActivations::kInt8) return 16;
   const bool k_quant = TraitsOf(dtype).block_elems == 256;
