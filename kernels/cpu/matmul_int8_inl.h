@@ -33,6 +33,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/common/dtype.h"
 #include "kernels/cpu/matmul_dot_inl.h"
@@ -141,6 +142,12 @@ struct Q8_0Int8 {
   static constexpr DType kDType = DType::kQ8_0;
   static constexpr int kBlockElems = 32, kBlockBytes = 34;
   using XBlock = XBlock32;
+  static constexpr bool kHasDot = true;
+  // The integer dot of one block with one x block, spread over 8 lanes (the f16 scale is at w).
+  static __m256i Dot(const uint8_t* w, const XBlock& xb) {
+    const __m256i q = Int8Load32(w + 2);
+    return PairSums(_mm256_sign_epi8(q, q), _mm256_sign_epi8(Int8Load32(xb.q), q));
+  }
   template <int kMr, int kNr>
   static void Accumulate(const uint8_t* w, const XBlock* const* x, int64_t blk,
                          __m256 (&acc)[kMr][kNr], int r) {
@@ -169,6 +176,11 @@ struct Q4Int8 {
   static constexpr DType kDType = kHasMin ? DType::kQ4_1 : DType::kQ4_0;
   static constexpr int kBlockElems = 32, kBlockBytes = kHasMin ? 20 : 18;
   using XBlock = XBlock32;
+  static constexpr bool kHasDot = !kHasMin;
+  static __m256i Dot(const uint8_t* w, const XBlock& xb) {
+    const __m256i dot = PairSums(Int8Nibbles16(w + 2), Int8Load32(xb.q));
+    return _mm256_sub_epi32(dot, _mm256_set1_epi32(xb.sum));
+  }
   template <int kMr, int kNr>
   static void Accumulate(const uint8_t* w, const XBlock* const* x, int64_t blk,
                          __m256 (&acc)[kMr][kNr], int r) {
@@ -316,6 +328,36 @@ struct Q6_KInt8 {
   }
 };
 
+template <class K, class = void>
+struct HasDot : std::false_type {};
+template <class K>
+struct HasDot<K, std::enable_if_t<K::kHasDot>> : std::true_type {};
+
+// One x row by four weight rows of a 32-element format without a min (q8_0, q4_0): the four
+// rows' integer dots of a block are folded into one vector with vphaddd (lane r and r + 4 hold
+// row r), their four f16 scales converted by one vcvtph2ps, so the f32 work per block is one
+// conversion and one FMA for all four rows. acc lanes r + (r + 4) sum to row r.
+template <class K>
+__m256 Int8DotRows4(const XBlock32* x, const uint8_t* const* w_rows, int64_t num_blocks) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t blk = 0; blk < num_blocks; ++blk) {
+    const uint8_t* w[4];
+    for (int r = 0; r < 4; ++r) w[r] = w_rows[r] + blk * K::kBlockBytes;
+    const XBlock32& xb = x[blk];
+    const __m256i d01 = _mm256_hadd_epi32(K::Dot(w[0], xb), K::Dot(w[1], xb));
+    const __m256i d23 = _mm256_hadd_epi32(K::Dot(w[2], xb), K::Dot(w[3], xb));
+    const __m256i dots = _mm256_hadd_epi32(d01, d23);
+    uint16_t h[4];
+    for (int r = 0; r < 4; ++r) std::memcpy(&h[r], w[r], 2);
+    const __m128i halves = _mm_setr_epi16(static_cast<int16_t>(h[0]), static_cast<int16_t>(h[1]),
+                                          static_cast<int16_t>(h[2]), static_cast<int16_t>(h[3]),
+                                          0, 0, 0, 0);
+    const __m128 scales = _mm_mul_ps(_mm_cvtph_ps(halves), _mm_set1_ps(xb.d));
+    acc = _mm256_fmadd_ps(_mm256_set_m128(scales, scales), _mm256_cvtepi32_ps(dots), acc);
+  }
+  return acc;
+}
+
 inline float Int8ReduceAdd(__m256 v) {
   __m128 sum = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
@@ -399,6 +441,18 @@ void Int8GemvTile(const Int8X& xq, const MatmulInput& x, const MatmulProjection&
   for (int r = 0; r < kNr; ++r) {
     const int64_t n = first + r * step < end ? first + r * step : first;
     w_rows[r] = wt + n * row_bytes;
+  }
+  if constexpr (kMr == 1 && kNr == 4 && HasDot<K>::value) {
+    const __m256 acc = Int8DotRows4<K>(x_rows[0], w_rows, num_blocks);
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, acc);
+    float* y = p.y + i * p.y_stride;
+    for (int r = 0; r < kNr && first + r * step < end; ++r) {
+      const int64_t n = first + r * step;
+      const float v = lanes[r] + lanes[r + 4];
+      y[n] = p.bias != nullptr ? v + p.bias[n] : v;
+    }
+    return;
   }
   __m256 acc[kMr][kNr];
 #pragma GCC unroll 8
