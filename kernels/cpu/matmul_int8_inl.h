@@ -21,8 +21,8 @@
 //                                             i over the 16-element sub-blocks
 // The byte products go through vpmaddubsw (u8 x s8 -> pairs summed in int16; the largest pair,
 // 2 * 63 * 127, cannot saturate) and vpmaddwd (int16 -> int32, with the sub-block scale as the
-// second factor for the k-quants). Int8Reference in tests/kernels/quant_matmul_test.cc is the
-// scalar statement of the same arithmetic.
+// second factor for the k-quants). QuantizeXLikeKernel + ExpectInt8Matches in
+// tests/kernels/quant_matmul_test.cc state the same arithmetic in scalar code.
 //
 // The GEMV walks weight rows as matmul_quant_inl.h does (kNr runs of a thread's rows side by side,
 // every weight byte read once, all m rows of x dotted with each decoded block).
