@@ -87,6 +87,7 @@ struct RunSettings {
   std::string model, kv_dtype = "bf16", out, threads = "2", batches = "1", backend = "cpu";
   int64_t prompt_len = 128, gen_len = 32, block_size = 16, repeat = 2, max_batched_tokens = 2048;
   bool fast_bf16 = false;
+  std::string quant_activations = "f32";  // or "int8"
   // The prefill FLOP ceiling the fraction is taken of (TFLOP/s; 0 = not reported).
   double peak_tflops = 0;
 };
@@ -125,6 +126,7 @@ nlohmann::json RunOne(const RunSettings& s, int threads, int batch, double bandw
   config.max_num_seqs = std::max(batch, 1);
   config.kv_cache_bytes = int64_t{2} << 30;
   config.fast_bf16_matmul = s.fast_bf16;
+  config.int8_activations = s.quant_activations == "int8";
   config.max_num_batched_tokens = static_cast<int32_t>(s.max_batched_tokens);
   config.max_context_len = static_cast<int32_t>(s.prompt_len + s.gen_len + s.block_size);
   if (s.backend == "cuda") config.backend = BackendKind::kCuda;
@@ -200,6 +202,8 @@ int Run(const std::vector<std::string>& args) {
   flags.Int("block-size", &s.block_size, "tokens per KV block");
   flags.Int("repeat", &s.repeat, "runs per setting; the best is reported");
   flags.Bool("fast-bf16-matmul", &s.fast_bf16, "single-bf16 prefill activations");
+  flags.String("quant-activations", &s.quant_activations,
+               "activations of quantized-weight decode matmuls: f32 or int8");
   flags.String("backend", &s.backend, "cpu or cuda");
   flags.Int("max-batched-tokens", &s.max_batched_tokens, "step token budget (prefill chunk size)");
   flags.Double("peak-tflops", &s.peak_tflops, "prefill FLOP ceiling to report a fraction of");
@@ -210,6 +214,9 @@ int Run(const std::vector<std::string>& args) {
   if (status.ok()) status = cli::ParseIntList(s.batches, &batches);
   if (status.ok() && s.backend != "cpu" && s.backend != "cuda") {
     status = absl::InvalidArgumentError("--backend must be cpu or cuda");
+  }
+  if (status.ok() && s.quant_activations != "f32" && s.quant_activations != "int8") {
+    status = absl::InvalidArgumentError("--quant-activations must be f32 or int8");
   }
   if (!status.ok() || s.model.empty() || flags.help_requested()) {
     std::cerr << (status.ok() ? "" : std::string(status.message()) + "\n") << flags.Help();
@@ -224,7 +231,8 @@ int Run(const std::vector<std::string>& args) {
       {"settings", {{"model", std::string(BaseName(s.model))}, {"kv_dtype", s.kv_dtype},
                     {"block_size", s.block_size}, {"backend", s.backend},
                     {"max_batched_tokens", s.max_batched_tokens}, {"peak_tflops", s.peak_tflops},
-                    {"repeat", s.repeat}, {"fast_bf16_matmul", s.fast_bf16}}}};
+                    {"repeat", s.repeat}, {"fast_bf16_matmul", s.fast_bf16},
+                    {"quant_activations", s.quant_activations}}}};
   nlohmann::json results = nlohmann::json::array();
   if (s.backend == "cuda") {
     const double bandwidth = CudaCopyBandwidthGbps(report);

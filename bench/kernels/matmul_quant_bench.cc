@@ -5,7 +5,10 @@
 //                     a fraction of it ("roof")
 //   BM_QuantGemvSweep m = 1 or 8 over 512 MiB of quantized weights of the 1.1B (TinyLlama) shape,
 //                     layer after layer as a decode step runs them (q/k/v and gate/up as groups),
-//                     so the caches cannot help; GB/s = quantized weight bytes read / time
+//                     so the caches cannot help; GB/s = quantized weight bytes read / time; the
+//                     GEMV path with f32 and with int8 activations (QuantActivations)
+//   BM_QuantPathCrossover the same sweep at m = 2..16, GEMV (both activation modes) against the
+//                     GEMM, 2 threads: the measurement behind MatmulQuantGemvMaxM
 //   BM_QuantGemvHot   one thread, one 256×2048 weight kept in L2: the compute side of the GEMV
 //   BM_QuantGemm      m = 512 (prefill) on the gate/up 5632×2048 and down 2048×5632 matrices;
 //                     GFLOP/s = 2 m n k / time, with bf16 alongside for comparison
@@ -155,11 +158,14 @@ ModelWeights& Model(const Format& format) {
 
 // One decode step's matmuls over all layers (attention and activations left out).
 MatmulStatus RunSweep(const ModelWeights& w, int64_t m, const float* x_hidden, const float* x_ffn,
-                      float* y_qkv, float* y_ffn, float* y_out, ThreadPool& pool) {
+                      float* y_qkv, float* y_ffn, float* y_out, ThreadPool& pool,
+                      const MatmulOptions& options, std::vector<uint8_t>& workspace) {
   constexpr int64_t kH = ModelWeights::kHidden, kKv = ModelWeights::kKv, kF = ModelWeights::kFfn;
   const MatmulInput hidden{x_hidden, m, kH, kH};
   const MatmulInput ffn{x_ffn, m, kF, kF};
   MatmulStatus status = MatmulStatus::kOk;
+  void* ws = workspace.data();
+  const size_t ws_bytes = workspace.size();
   for (int l = 0; l < w.num_layers() && status == MatmulStatus::kOk; ++l) {
     const MatmulProjection qkv[3] = {
         {w.q[l]->data(), w.q[l]->dtype(), kH, nullptr, y_qkv, kH + 2 * kKv},
@@ -169,12 +175,12 @@ MatmulStatus RunSweep(const ModelWeights& w, int64_t m, const float* x_hidden, c
         {w.gate[l]->data(), w.gate[l]->dtype(), kF, nullptr, y_ffn, 2 * kF},
         {w.up[l]->data(), w.up[l]->dtype(), kF, nullptr, y_ffn + kF, 2 * kF}};
     const MatmulStatus statuses[4] = {
-        MatmulGroup(hidden, qkv, pool, nullptr, 0),
-        Matmul(hidden, {w.o[l]->data(), w.o[l]->dtype(), kH, nullptr, y_out, kH}, pool, nullptr,
-               0),
-        MatmulGroup(hidden, gate_up, pool, nullptr, 0),
-        Matmul(ffn, {w.down[l]->data(), w.down[l]->dtype(), kH, nullptr, y_out, kH}, pool,
-               nullptr, 0)};
+        MatmulGroup(hidden, qkv, pool, ws, ws_bytes, options),
+        Matmul(hidden, {w.o[l]->data(), w.o[l]->dtype(), kH, nullptr, y_out, kH}, pool, ws,
+               ws_bytes, options),
+        MatmulGroup(hidden, gate_up, pool, ws, ws_bytes, options),
+        Matmul(ffn, {w.down[l]->data(), w.down[l]->dtype(), kH, nullptr, y_out, kH}, pool, ws,
+               ws_bytes, options)};
     for (MatmulStatus s : statuses) status = s != MatmulStatus::kOk ? s : status;
   }
   return status;
@@ -188,11 +194,24 @@ std::vector<float> RandomX(int64_t m, int64_t k) {
   return x;
 }
 
-// Args: format index, threads, m (both m run the GEMV path, m <= MatmulGemvMaxM).
+constexpr const char* kModeNames[] = {"f32", "int8"};
+constexpr const char* kPathNames[] = {"auto", "gemv", "gemm"};
+
+// The sweep's workspace: enough for x of m rows of the larger k under these options.
+std::vector<uint8_t> SweepWorkspace(int64_t m, int threads, const MatmulOptions& options) {
+  return std::vector<uint8_t>(MatmulWorkspaceBytes(m, ModelWeights::kFfn, threads, options));
+}
+
+// Args: format index, threads, m, activation mode (0 f32, 1 int8). The GEMV path, forced.
 void BM_QuantGemvSweep(benchmark::State& state) {
   const Format& format = kFormats[state.range(0)];
   const int threads = static_cast<int>(state.range(1));
   const int64_t m = state.range(2);
+  const int mode = static_cast<int>(state.range(3));
+  MatmulOptions options;
+  options.path = MatmulPath::kGemv;
+  options.quant_activations = mode == 1 ? QuantActivations::kInt8 : QuantActivations::kF32;
+  std::vector<uint8_t> workspace = SweepWorkspace(m, threads, options);
   const ModelWeights& w = Model(format);
   const std::vector<float> x_hidden = RandomX(m, ModelWeights::kHidden);
   const std::vector<float> x_ffn = RandomX(m, ModelWeights::kFfn);
@@ -203,42 +222,84 @@ void BM_QuantGemvSweep(benchmark::State& state) {
   const auto begin = Clock::now();
   for (auto _ : state) {
     Check(state, RunSweep(w, m, x_hidden.data(), x_ffn.data(), y_qkv.data(), y_ffn.data(),
-                          y_out.data(), Pool(threads)));
+                          y_out.data(), Pool(threads), options, workspace));
   }
   const double seconds = Seconds(begin, Clock::now());
   const double gb_per_s = static_cast<double>(w.bytes) * state.iterations() / seconds / 1e9;
   state.counters["GB/s"] = gb_per_s;
   if (g_roof_gb_per_s[threads] > 0) state.counters["roof"] = gb_per_s / g_roof_gb_per_s[threads];
-  state.SetLabel(std::string(format.name) + " " + std::to_string(w.num_layers()) + " layers " +
-                 std::to_string(w.bytes >> 20) + " MiB m=" + std::to_string(m) +
-                 " threads=" + std::to_string(threads));
+  state.SetLabel(std::string(format.name) + " " + kModeNames[mode] + " " +
+                 std::to_string(w.num_layers()) + " layers " + std::to_string(w.bytes >> 20) +
+                 " MiB m=" + std::to_string(m) + " threads=" + std::to_string(threads));
 }
 BENCHMARK(BM_QuantGemvSweep)
-    ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6, 7}, {1, 2}, {1, 8}})
+    ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6, 7}, {1, 2}, {1, 8}, {0, 1}})
     ->UseRealTime()
     ->MinTime(1.0)
     ->Unit(benchmark::kMillisecond);
 
-// Args: format index, m. One thread, one 256×2048 weight read over and over from L2: the decode
-// and FMA cost of the GEMV without the memory, as weight elements per second and cycles per 32.
+// Args: format index, m, path (1 GEMV, 2 GEMM), activation mode (0 f32, 1 int8); 2 threads. The
+// same sweep with the path forced: where MatmulQuantGemvMaxM comes from (time per decode step of
+// m tokens, and weight GB/s).
+void BM_QuantPathCrossover(benchmark::State& state) {
+  const Format& format = kFormats[state.range(0)];
+  const int64_t m = state.range(1);
+  const int path = static_cast<int>(state.range(2));
+  const int mode = static_cast<int>(state.range(3));
+  const int threads = 2;
+  MatmulOptions options;
+  options.path = path == 1 ? MatmulPath::kGemv : MatmulPath::kGemm;
+  options.quant_activations = mode == 1 ? QuantActivations::kInt8 : QuantActivations::kF32;
+  std::vector<uint8_t> workspace = SweepWorkspace(m, threads, options);
+  const ModelWeights& w = Model(format);
+  const std::vector<float> x_hidden = RandomX(m, ModelWeights::kHidden);
+  const std::vector<float> x_ffn = RandomX(m, ModelWeights::kFfn);
+  std::vector<float> y_qkv(
+      static_cast<size_t>(m * (ModelWeights::kHidden + 2 * ModelWeights::kKv)));
+  std::vector<float> y_ffn(static_cast<size_t>(m * 2 * ModelWeights::kFfn));
+  std::vector<float> y_out(static_cast<size_t>(m * ModelWeights::kHidden));
+  const auto begin = Clock::now();
+  for (auto _ : state) {
+    Check(state, RunSweep(w, m, x_hidden.data(), x_ffn.data(), y_qkv.data(), y_ffn.data(),
+                          y_out.data(), Pool(threads), options, workspace));
+  }
+  const double seconds = Seconds(begin, Clock::now());
+  state.counters["GB/s"] = static_cast<double>(w.bytes) * state.iterations() / seconds / 1e9;
+  state.SetLabel(std::string(format.name) + " m=" + std::to_string(m) + " " + kPathNames[path] +
+                 " " + kModeNames[mode]);
+}
+BENCHMARK(BM_QuantPathCrossover)
+    ->ArgsProduct({{0, 1, 6}, {2, 4, 8, 16}, {1, 2}, {0, 1}})
+    ->UseRealTime()
+    ->MinTime(0.5)
+    ->Unit(benchmark::kMillisecond);
+
+// Args: format index, m, activation mode (0 f32, 1 int8). One thread, one 256×2048 weight read
+// over and over from L2: the decode and dot cost of the GEMV without the memory, as weight
+// elements per second.
 void BM_QuantGemvHot(benchmark::State& state) {
   const Format& format = kFormats[state.range(0)];
   const int64_t m = state.range(1), n = 256, k = 2048;
+  const int mode = static_cast<int>(state.range(2));
+  MatmulOptions options;
+  options.path = MatmulPath::kGemv;
+  options.quant_activations = mode == 1 ? QuantActivations::kInt8 : QuantActivations::kF32;
+  std::vector<uint8_t> workspace(MatmulWorkspaceBytes(m, k, 1, options));
   const Matrix weight(format.main, n, k, 5);
   const std::vector<float> x = RandomX(m, k);
   std::vector<float> y(static_cast<size_t>(m * n));
   const auto begin = Clock::now();
   for (auto _ : state) {
     Check(state, Matmul({x.data(), m, k, k}, {weight.data(), format.main, n, nullptr, y.data(), n},
-                        Pool(1), nullptr, 0));
+                        Pool(1), workspace.data(), workspace.size(), options));
   }
   const double seconds = Seconds(begin, Clock::now());
   state.counters["Gelem/s"] = static_cast<double>(n * k) * state.iterations() / seconds / 1e9;
   state.counters["GB/s"] = static_cast<double>(weight.bytes()) * state.iterations() / seconds / 1e9;
-  state.SetLabel(std::string(format.name) + " m=" + std::to_string(m));
+  state.SetLabel(std::string(format.name) + " m=" + std::to_string(m) + " " + kModeNames[mode]);
 }
 BENCHMARK(BM_QuantGemvHot)
-    ->ArgsProduct({{0, 1, 2, 3, 4, 5, 7}, {1, 8}})
+    ->ArgsProduct({{0, 1, 2, 3, 4, 5, 7}, {1, 8}, {0, 1}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -98,6 +98,9 @@ struct BackendOptions {
   // CPU: whether prefill matmuls may round activations to bf16 once (faster, ~3 significant
   // digits) instead of the default split-bf16 scheme that matches f32 to ~1e-5.
   bool fast_bf16_matmul = false;
+  // CPU: whether the GEMV of block-quantized weights (decode) quantizes activations to int8
+  // (cpu::QuantActivations::kInt8) instead of keeping them f32.
+  bool int8_activations = false;
   // CUDA: the device ordinal.
   int device = 0;
   // CPU, for tests: report graph support (RunGraph still runs the work directly), so that the

@@ -10,8 +10,11 @@
 
 namespace loom {
 
-CpuOps::CpuOps(int num_threads, cpu::MatmulPrecision precision) : pool_(num_threads) {
+CpuOps::CpuOps(int num_threads, cpu::MatmulPrecision precision,
+               cpu::QuantActivations quant_activations)
+    : pool_(num_threads) {
   matmul_options_.precision = precision;
+  matmul_options_.quant_activations = quant_activations;
 }
 
 CpuOps::~CpuOps() { std::free(workspace_); }
@@ -85,8 +88,9 @@ void CpuOps::PagedAttention(const PagedAttentionArgs& args) {
 }
 
 CpuBackend::CpuBackend(const BackendOptions& options)
-    : ops_(options.num_threads, options.fast_bf16_matmul ? cpu::MatmulPrecision::kBf16
-                                                         : cpu::MatmulPrecision::kHighest),
+    : ops_(options.num_threads,
+           options.fast_bf16_matmul ? cpu::MatmulPrecision::kBf16 : cpu::MatmulPrecision::kHighest,
+           options.int8_activations ? cpu::QuantActivations::kInt8 : cpu::QuantActivations::kF32),
       pretend_graphs_(options.pretend_graphs) {}
 
 absl::StatusOr<DeviceBuffer> CpuBackend::Allocate(int64_t bytes) {

@@ -11,7 +11,8 @@ namespace loom {
 
 class CpuOps final : public Ops {
  public:
-  CpuOps(int num_threads, cpu::MatmulPrecision precision);
+  CpuOps(int num_threads, cpu::MatmulPrecision precision,
+         cpu::QuantActivations quant_activations = cpu::QuantActivations::kF32);
   ~CpuOps() override;
 
   cpu::ThreadPool& pool() { return pool_; }

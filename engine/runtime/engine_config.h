@@ -34,6 +34,10 @@ struct EngineConfig {
   int32_t max_logit_rows = 256;
   // CPU prefill matmuls round activations to bf16 once instead of the f32-accurate default.
   bool fast_bf16_matmul = false;
+  // CPU decode matmuls of block-quantized weights quantize the activations to int8 blocks and use
+  // integer dot products (several times faster for 4- to 6-bit weights; ~0.5-0.8 % relative
+  // error per output, see kernels/cpu/matmul.h) instead of keeping them f32.
+  bool int8_activations = false;
   // Fault the weights into memory at load, so the first step is not slowed by page faults.
   bool populate_weights = true;
   // CUDA: the device ordinal.

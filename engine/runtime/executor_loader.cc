@@ -138,6 +138,7 @@ absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(const Engin
   backend_options.kind = config.backend;
   backend_options.num_threads = config.num_threads;
   backend_options.fast_bf16_matmul = config.fast_bf16_matmul;
+  backend_options.int8_activations = config.int8_activations;
   backend_options.device = config.device;
   backend_options.pretend_graphs = config.cpu_pretend_graphs;
   LOOM_ASSIGN_OR_RETURN(ex->backend_, CreateBackend(backend_options));

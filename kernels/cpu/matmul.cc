@@ -1,5 +1,6 @@
 // Matmul dispatch: validates a call, picks the instruction set (options.isa or SelectedIsa()) and
-// the path (GEMV for m <= MatmulGemvMaxM(isa), GEMM above), and calls that level's entry point in
+// the path (GEMV for m <= MatmulGemvMaxM(isa), or MatmulQuantGemvMaxM with a quantized weight;
+// GEMM above), and calls that level's entry point in
 // matmul_{scalar,avx2,avx512,amx}.cc.
 #include "kernels/cpu/matmul.h"
 
@@ -118,15 +119,77 @@ int64_t MatmulGemvMaxM(Isa isa) {
   return 4;
 }
 
+int64_t MatmulQuantGemvMaxM(Isa isa, DType dtype, QuantActivations quant_activations) {
+  // bench/results/cpu_matmul_quant.md (BM_QuantPathCrossover, AVX2, 2 threads). With f32 x the
+  // quantized GEMV pays the widening and an f32 FMA per weight and x row; the panel GEMM
+  // (weights dequantized once per block, reused over 16-token panels) catches up at about 16 rows
+  // for q8_0 / q4_0 and between 4 and 8 for the k-quants, whose decode costs more. The int8 GEMV
+  // is ahead of the GEMM, or level, through 16 rows for every format. AVX-512 / AMX: the AVX2
+  // figures until measured there; scalar: the float limit.
+  if (isa == Isa::kScalar) return MatmulGemvMaxM(isa);
+  if (quant_activations == QuantActivations::kInt8) return 16;
+  const bool k_quant = TraitsOf(dtype).block_elems == 256;
+  return k_quant ? 4 : 8;
+}
+
+namespace {
+
+// The smallest and largest quantized GEMV limit over all formats (for the workspace size, which
+// does not know the weights).
+int64_t QuantGemvMaxMOverFormats(Isa isa, QuantActivations mode, bool largest) {
+  int64_t out = -1;
+  for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ5_K,
+                      DType::kQ6_K}) {
+    const int64_t limit = MatmulQuantGemvMaxM(isa, dtype, mode);
+    if (out < 0 || (largest ? limit > out : limit < out)) out = limit;
+  }
+  return out;
+}
+
+}  // namespace
+
 MatmulPath ChooseMatmulPath(int64_t m, const MatmulOptions& options) {
   if (options.path != MatmulPath::kAuto) return options.path;
   return m <= MatmulGemvMaxM(ResolveIsa(options)) ? MatmulPath::kGemv : MatmulPath::kGemm;
 }
 
+MatmulPath ChooseMatmulPath(int64_t m, std::span<const MatmulProjection> projections,
+                            const MatmulOptions& options) {
+  if (options.path != MatmulPath::kAuto) return options.path;
+  // The smallest limit of the group's quantized formats (one path per group).
+  const Isa isa = ResolveIsa(options);
+  int64_t limit = -1;
+  for (const MatmulProjection& p : projections) {
+    if (!IsQuantizedDType(p.dtype)) continue;
+    const int64_t l = MatmulQuantGemvMaxM(isa, p.dtype, options.quant_activations);
+    limit = limit < 0 || l < limit ? l : limit;
+  }
+  if (limit < 0) return ChooseMatmulPath(m, options);
+  return m <= limit ? MatmulPath::kGemv : MatmulPath::kGemm;
+}
+
 size_t MatmulWorkspaceBytes(int64_t m, int64_t k, int num_threads, const MatmulOptions& options) {
   if (m <= 0 || k <= 0) return 0;
-  if (ChooseMatmulPath(m, options) != MatmulPath::kGemm) return 0;
-  return GemmWorkspaceBytes(ResolveIsa(options), m, k, num_threads, options.precision);
+  // The group's weights are not known here: size for both the float and the quantized choice.
+  const Isa isa = ResolveIsa(options);
+  const bool float_gemm = ChooseMatmulPath(m, options) == MatmulPath::kGemm;
+  const QuantActivations mode = options.quant_activations;
+  // Whether some quantized group may take the GEMM path, and some the GEMV.
+  const bool quant_gemm = options.path == MatmulPath::kAuto
+                              ? m > QuantGemvMaxMOverFormats(isa, mode, /*largest=*/false)
+                              : options.path == MatmulPath::kGemm;
+  const bool quant_gemv = options.path == MatmulPath::kAuto
+                              ? m <= QuantGemvMaxMOverFormats(isa, mode, /*largest=*/true)
+                              : options.path == MatmulPath::kGemv;
+  size_t bytes = 0;
+  if (float_gemm || quant_gemm) {
+    bytes = GemmWorkspaceBytes(isa, m, k, num_threads, options.precision);
+  }
+  if (quant_gemv && mode == QuantActivations::kInt8 && isa != Isa::kScalar) {
+    const size_t int8 = matmul_internal::Int8XWorkspaceBytes(m, k);
+    bytes = int8 > bytes ? int8 : bytes;
+  }
+  return bytes;
 }
 
 MatmulStatus Matmul(const MatmulInput& x, const MatmulProjection& projection, ThreadPool& pool,
@@ -155,8 +218,9 @@ MatmulStatus MatmulGroup(const MatmulInput& x, std::span<const MatmulProjection>
   if (required > 0 && (workspace == nullptr || workspace_bytes < required)) {
     return MatmulStatus::kWorkspaceTooSmall;
   }
-  const GroupArgs args{x, projections, options.precision, workspace, workspace_bytes};
-  Run(isa, ChooseMatmulPath(x.m, options), args, pool);
+  const GroupArgs args{x, projections, options.precision, options.quant_activations, workspace,
+                       workspace_bytes};
+  Run(isa, ChooseMatmulPath(x.m, projections, options), args, pool);
   return MatmulStatus::kOk;
 }
 

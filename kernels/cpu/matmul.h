@@ -27,9 +27,23 @@
 //     AVX2 / AVX-512; with AMX, quantized groups run the AVX-512 panel GEMM, not the tiles).
 //   Scalar: each block dequantized by the reference decoder, then dotted.
 // Formats may differ between the projections of one group (q4_k next to q6_k, or a float weight).
-// There is no int8-activation path (x quantized to q8 blocks, integer dot products): with f32 x
-// the decode is compute bound on AVX2 for the 4- and 6-bit formats (bench/results/
-// cpu_matmul_quant.md), which such a path, opt-in through MatmulOptions, would address.
+// A group with a quantized weight takes the GEMV up to MatmulQuantGemvMaxM rows, not
+// MatmulGemvMaxM: with f32 x the quantized GEMV costs several instructions per weight and x row
+// and loses to the dequantize-to-panel GEMM from a few rows on (bench/results/cpu_matmul_quant.md).
+//
+// int8 activations (opt-in, MatmulOptions::quant_activations = QuantActivations::kInt8): on the
+// GEMV path of the AVX2 / AVX-512 / AMX levels, every x row is quantized once per call to signed
+// bytes, one f32 scale per 32 elements for q8_0 / q4_0 / q4_1 and per 256 for the k-quants
+// (d = max|x| / 127, q = round(x / d)), and the quantized weights are dotted with it in integer
+// arithmetic (vpmaddubsw / vpmaddwd), one f32 scale multiply per block (matmul_int8_inl.h). All six
+// formats have such a kernel; float weights of the group keep the f32 GEMV; the GEMM path and the
+// scalar level ignore the setting (f32 x). The weights are still exact; the error is x's rounding,
+// at most max|x| / 254 of the x block per element, so per output
+//   |y_int8 - y_f32| <= sum over blocks of (max_block |x| / 254) * sum_block |w|.
+// Measured (tests/kernels/quant_matmul_test.cc, Int8ErrorOnRealisticData): x ~ N(0, 1) and
+// weights quantized from N(0, 1/k), k = 2048, the relative RMS error of y against the f32 path is
+// 0.54 % for the 32-element formats and 0.74 % for the k-quants (a larger x block, so a coarser
+// d), against the f32 path on the same quantized weights.
 //
 // The group form runs several weights that share x (q/k/v, gate/up) together: their rows are
 // concatenated and split evenly over the threads in one parallel region.
@@ -96,21 +110,40 @@ enum class MatmulStatus : uint8_t {
   kUnsupportedIsa,     // options.isa is above what this CPU supports
 };
 
+// How the GEMV of block-quantized weights treats x (see the top of this file).
+enum class QuantActivations : uint8_t {
+  kF32,   // x stays f32: exact up to summation order. The default.
+  kInt8,  // x quantized to int8 blocks, integer dot products: ~0.5 % relative error, several
+          // times faster where the f32 path is compute bound (4- to 6-bit formats).
+};
+
 struct MatmulOptions {
   MatmulPrecision precision = MatmulPrecision::kHighest;
   MatmulPath path = MatmulPath::kAuto;
   // The instruction set to run; unset means SelectedIsa() (which honours LOOM_CPU_ISA).
   std::optional<Isa> isa;
+  QuantActivations quant_activations = QuantActivations::kF32;
 };
 
 // Largest m that MatmulPath::kAuto runs as a GEMV on `isa`; larger m runs the GEMM path.
 int64_t MatmulGemvMaxM(Isa isa);
 
-// The path a call with these options takes for x with m rows.
+// Largest m that MatmulPath::kAuto runs as a GEMV on `isa` for a block-quantized weight of
+// `dtype`, with x in the given form; a group takes the smallest limit of its quantized weights.
+int64_t MatmulQuantGemvMaxM(Isa isa, DType dtype, QuantActivations quant_activations);
+
+// The path a call with these options takes for x with m rows and float weights only.
 MatmulPath ChooseMatmulPath(int64_t m, const MatmulOptions& options = {});
 
+// The path a call with these options takes for x with m rows and these weights (the quantized
+// limit when any of them is block-quantized).
+MatmulPath ChooseMatmulPath(int64_t m, std::span<const MatmulProjection> projections,
+                            const MatmulOptions& options = {});
+
 // Bytes of workspace a call with x of [m, k] on a pool of `num_threads` needs (0 when the chosen
-// path needs none). Valid for any group of weights sharing that x.
+// path needs none). Valid for any group of weights sharing that x, float or quantized (the larger
+// of what the paths the two kinds take need: the GEMM panels, or with QuantActivations::kInt8 the
+// quantized x of the GEMV).
 size_t MatmulWorkspaceBytes(int64_t m, int64_t k, int num_threads,
                             const MatmulOptions& options = {});
 

@@ -13,6 +13,7 @@
 
 #include "kernels/cpu/matmul_dot_inl.h"
 #include "kernels/cpu/matmul_panel_inl.h"
+#include "kernels/cpu/matmul_int8_inl.h"
 #include "kernels/cpu/matmul_quant_inl.h"
 
 namespace loom::cpu::matmul_internal {
@@ -142,18 +143,27 @@ static_assert(kGemmBlocking.kc % 256 == 0, "k blocks must hold whole quantizatio
 }  // namespace
 
 void GemvAvx2(const GroupArgs& args, ThreadPool& pool) {
+  const bool int8 = UseInt8Gemv(args);
+  // The f32 GEMV, or the int8 one (x quantized once; float weights of the group on the f32 path).
+  auto run = [&]<int kMr, int kNr>() {
+    if (int8) {
+      RunInt8GemvGroup<Avx2, kMr, kNr, kGemvPrefetchBytes>(args, pool);
+    } else {
+      RunGemvGroup<Avx2, kMr, kNr, kGemvPrefetchBytes>(args, pool);
+    }
+  };
   switch (args.x.m) {
     case 1:
-      RunGemvGroup<Avx2, 1, 4, kGemvPrefetchBytes>(args, pool);
+      run.template operator()<1, 4>();
       break;
     case 2:
-      RunGemvGroup<Avx2, 2, 4, kGemvPrefetchBytes>(args, pool);
+      run.template operator()<2, 4>();
       break;
     case 3:
-      RunGemvGroup<Avx2, 3, 4, kGemvPrefetchBytes>(args, pool);
+      run.template operator()<3, 4>();
       break;
     default:
-      RunGemvGroup<Avx2, 4, 3, kGemvPrefetchBytes>(args, pool);
+      run.template operator()<4, 3>();
       break;
   }
 }

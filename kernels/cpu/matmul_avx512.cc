@@ -18,6 +18,7 @@
 
 #include "kernels/cpu/matmul_dot_inl.h"
 #include "kernels/cpu/matmul_panel_inl.h"
+#include "kernels/cpu/matmul_int8_inl.h"
 #include "kernels/cpu/matmul_quant_inl.h"
 
 namespace loom::cpu::matmul_internal {
@@ -108,19 +109,27 @@ static_assert(kGemmBlocking.kc % 256 == 0, "k blocks must hold whole quantizatio
 }  // namespace
 
 void GemvAvx512(const GroupArgs& args, ThreadPool& pool) {
-  constexpr int kPf = kGemvPrefetchBytes;
+  const bool int8 = UseInt8Gemv(args);
+  // The f32 GEMV, or the int8 one (x quantized once; float weights of the group on the f32 path).
+  auto run = [&]<int kMr, int kNr>() {
+    if (int8) {
+      RunInt8GemvGroup<Avx512, kMr, kNr, kGemvPrefetchBytes>(args, pool);
+    } else {
+      RunGemvGroup<Avx512, kMr, kNr, kGemvPrefetchBytes>(args, pool);
+    }
+  };
   switch (args.x.m) {
     case 1:
-      RunGemvGroup<Avx512, 1, 8, kPf>(args, pool);
+      run.template operator()<1, 8>();
       break;
     case 2:
-      RunGemvGroup<Avx512, 2, 8, kPf>(args, pool);
+      run.template operator()<2, 8>();
       break;
     case 3:
-      RunGemvGroup<Avx512, 3, 8, kPf>(args, pool);
+      run.template operator()<3, 8>();
       break;
     default:
-      RunGemvGroup<Avx512, 4, 6, kPf>(args, pool);
+      run.template operator()<4, 6>();
       break;
   }
 }

@@ -21,6 +21,7 @@ struct GroupArgs {
   MatmulInput x;
   std::span<const MatmulProjection> projections;
   MatmulPrecision precision = MatmulPrecision::kHighest;
+  QuantActivations quant_activations = QuantActivations::kF32;
   void* workspace = nullptr;  // MatmulWorkspaceBytes(...) bytes, no alignment promised
   size_t workspace_bytes = 0;
 };
@@ -47,6 +48,17 @@ size_t GemmAmxWorkspaceBytes(int64_t m, int64_t k, int num_threads, MatmulPrecis
 // calling thread, no workspace; the AMX path hands it the rows its tiles do not cover.
 void GemmRowsAvx512(const MatmulInput& x, const MatmulProjection& projection, int64_t row_begin,
                     int64_t row_end);
+
+// The quantized x of the int8 GEMV (matmul_int8_inl.h): per x row, k / 32 blocks of 32 elements
+// (f32 scale, int32 sum, 32 bytes) and, where k is a multiple of 256, k / 256 blocks of 256 (f32
+// scale, 16 int16 sums, 256 bytes); 64 bytes to align the start.
+inline constexpr size_t kInt8XBlock32Bytes = 40;
+inline constexpr size_t kInt8XBlock256Bytes = 292;
+inline size_t Int8XWorkspaceBytes(int64_t m, int64_t k) {
+  size_t bytes = 64 + static_cast<size_t>(m * (k / 32)) * kInt8XBlock32Bytes;
+  if (k % 256 == 0) bytes += static_cast<size_t>(m * (k / 256)) * kInt8XBlock256Bytes;
+  return bytes;
+}
 
 // A group's rows are cut into units of `unit_rows` rows (the last unit of each projection may be
 // shorter); units are numbered through the projections in order. Threads get contiguous runs.

@@ -11,7 +11,7 @@
 // (Format::Group), which the vector traits widen to f32 lanes (T::DecodeGroup: T::WidenBytes of
 // Group, or a direct decode from memory where the level has a faster one); the scales of a
 // whole block are unpacked once per block and weight row (Format::LoadScales), outside the loops
-// over lanes. Activations stay f32; no quantization of x.
+// over lanes. Activations stay f32 here; the opt-in int8-activation GEMV is matmul_int8_inl.h.
 //
 // GEMV (QuantGemvRows, small m): the same row order as matmul_dot_inl.h (a thread's rows cut into
 // kNr equal runs walked side by side, kNr long sequential streams). Per group and weight row the

@@ -26,6 +26,7 @@ struct GenerateFlags {
   std::vector<std::string> chats;
   std::string backend = "cpu";
   std::string kv_dtype = "bf16";
+  std::string quant_activations = "f32";
   int32_t max_tokens = 32, threads = 0, block_size = 16;
   int32_t max_batch_tokens = 2048, prefill_chunk = 0, batch = 1, top_k = 0, logprobs = -1;
   int64_t kv_cache_mb = 1024, seed = 0;
@@ -62,6 +63,8 @@ void Declare(FlagSet& f, GenerateFlags& g) {
   f.Int32("prefill-chunk", &g.prefill_chunk, "most prompt tokens per sequence and step (0 = budget)");
   f.Bool("fast-bf16-matmul", &g.fast_bf16_matmul,
          "round prefill activations to bf16 once (faster, less exact)");
+  f.String("quant-activations", &g.quant_activations,
+           "activations of quantized-weight decode matmuls: f32 or int8 (faster, less exact)");
   f.Bool("json", &g.json, "print one JSON object instead of text");
 }
 
@@ -84,6 +87,11 @@ absl::StatusOr<EngineConfig> MakeEngineConfig(const GenerateFlags& g) {
   config.kv_cache_bytes = g.kv_cache_mb << 20;
   config.max_num_batched_tokens = g.max_batch_tokens;
   config.fast_bf16_matmul = g.fast_bf16_matmul;
+  if (g.quant_activations != "f32" && g.quant_activations != "int8") {
+    return absl::InvalidArgumentError(
+        StrCat("--quant-activations: '", g.quant_activations, "' (f32 or int8)"));
+  }
+  config.int8_activations = g.quant_activations == "int8";
   return config;
 }
 

@@ -74,6 +74,10 @@ const std::vector<Key>& Keys() {
        &C::gpu_memory_utilization, {}, {}, {0.0, 1.0}},
       {"cuda_graphs", "", "CUDA: replay decode steps as CUDA graphs", &C::cuda_graphs},
       {"kv_dtype", "", "KV cache element type", &C::kv_dtype, {}, {"bf16", "f16", "f32"}},
+      {"quantized_activations", "",
+       "CPU decode with GGUF-quantized weights: activations as f32 (exact) or int8 (faster, "
+       "~0.5-0.8 % relative error)",
+       &C::quantized_activations, {}, {"f32", "int8"}},
       {"block_size", "tokens", "tokens per KV block", &C::block_size, {1, 1024}},
       {"kv_cache_mb", "MiB", "KV cache size", &C::kv_cache_mb, {1, kMax}},
       {"max_num_batched_tokens", "tokens", "most tokens computed in one step", &C::max_num_batched_tokens,

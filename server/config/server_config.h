@@ -45,6 +45,7 @@ struct ServerConfig {
   double gpu_memory_utilization = 0.9;
   bool cuda_graphs = true;
   std::string kv_dtype = "bf16";
+  std::string quantized_activations = "f32";  // "int8": int8 activations for quantized weights
   int64_t block_size = 16;
   int64_t kv_cache_mb = 1024;
   // Scheduler.

@@ -46,6 +46,8 @@ absl::StatusOr<EngineConfig> MakeEngineConfig(const ServerConfig& c) {
   e.device = static_cast<int>(c.device);
   e.gpu_memory_utilization = c.gpu_memory_utilization;
   e.cuda_graphs = c.cuda_graphs;
+  // The configuration only accepts "f32" and "int8".
+  e.int8_activations = c.quantized_activations == "int8";
   e.max_num_batched_tokens = static_cast<int32_t>(c.max_num_batched_tokens);
   e.max_num_seqs = static_cast<int32_t>(c.max_num_seqs);
   e.populate_kv_cache = true;  // the whole cache resident from the start

@@ -110,6 +110,19 @@ TEST(ServerConfigTest, FractionsAreNumbersInRange) {
   EXPECT_NE(s.message().find("must be a number"), std::string_view::npos) << s;
 }
 
+TEST(ServerConfigTest, QuantizedActivationsIsF32OrInt8) {
+  FakeEnv env;
+  ServerConfig c;
+  ASSERT_TRUE(Load({}, env, &c).ok());
+  EXPECT_EQ(c.quantized_activations, "f32");
+  ASSERT_TRUE(Load({"--quantized-activations", "int8"}, env, &c).ok());
+  EXPECT_EQ(c.quantized_activations, "int8");
+  env.vars["LOOM_QUANTIZED_ACTIVATIONS"] = "int4";
+  const absl::Status s = Load({}, env, &c);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("quantized_activations"), std::string_view::npos) << s;
+}
+
 TEST(ServerConfigTest, HelpIsAnswered) {
   FakeEnv env;
   ServerConfig c;
