@@ -1,5 +1,7 @@
 #include "server/config/server_config.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -20,8 +22,10 @@ struct FakeEnv {
   }
 };
 
+// One file per test process: ctest runs the tests of this binary as parallel processes.
 std::string WriteTemp(const std::string& text) {
-  const std::string path = ::testing::TempDir() + "/loom_config_test.json";
+  const std::string path = ::testing::TempDir() + "/" + std::to_string(getpid()) +
+                           ".loom_config_test.json";
   std::ofstream(path) << text;
   return path;
 }
