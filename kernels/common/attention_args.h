@@ -6,26 +6,61 @@
 // p % block_size. A batch is ragged: sequence s owns query rows [query_start[s],
 // query_start[s + 1]), which are its last (query_start[s + 1] - query_start[s]) positions, ending
 // at position seq_lens[s] - 1.
+//
+// Low-bit formats (kKvInt8/4/2) store each layer's blocks packed (kernels/common/kv_format.h)
+// plus a bf16 residual tail per sequence: sequence s's last, partially filled block is read from
+// tail slot tail_slots[s], every full block from its packed form. The write kernel packs a block
+// in the step that writes its last token.
 #pragma once
 
 #include <cstdint>
 
 #include "kernels/common/dtype.h"
+#include "kernels/common/kv_format.h"
 
 namespace loom {
 
 struct PagedKvView {
   void* k = nullptr;
   void* v = nullptr;
-  DType dtype = DType::kBF16;  // kF32, kBF16 or kF16
+  DType dtype = DType::kBF16;  // kF32, kBF16, kF16, kF8E4M3 or a low-bit kKvInt*
   int32_t num_blocks = 0;
   int32_t num_kv_heads = 0;
   int32_t block_size = 0;
   int32_t head_dim = 0;
+  // Low-bit formats only: K grouped per token instead of per channel, and the residual tails
+  // (bf16 [num_tail_slots, num_kv_heads, block_size, head_dim]).
+  bool k_per_token = false;
+  void* tail_k = nullptr;
+  void* tail_v = nullptr;
+  int32_t num_tail_slots = 0;
 
-  // Elements between consecutive blocks / heads / slots.
+  bool low_bit() const { return IsLowBitKvDType(dtype); }
+  KvPackedLayout packed() const {
+    return {TraitsOf(dtype).kv_code_bits, block_size, head_dim, k_per_token};
+  }
+  // Element formats: elements between consecutive blocks / heads / slots. Low-bit formats:
+  // the same strides index the tails.
   int64_t block_stride() const { return int64_t{num_kv_heads} * block_size * head_dim; }
   int64_t head_stride() const { return int64_t{block_size} * head_dim; }
+  // Low-bit formats: the head block of (block, kv_head) in the K or V region.
+  const uint8_t* k_head_block(int32_t block, int32_t kv_head) const {
+    return static_cast<const uint8_t*>(k) +
+           (int64_t{block} * num_kv_heads + kv_head) * packed().k_head_bytes();
+  }
+  const uint8_t* v_head_block(int32_t block, int32_t kv_head) const {
+    return static_cast<const uint8_t*>(v) +
+           (int64_t{block} * num_kv_heads + kv_head) * packed().v_head_bytes();
+  }
+};
+
+// Where each sequence of a ragged batch is: the same arrays PagedAttentionArgs carries. The
+// low-bit write kernel needs them (it packs per sequence and block); element formats do not.
+struct KvBatchLayout {
+  int32_t num_seqs = 0;
+  const int32_t* query_start = nullptr;  // [num_seqs + 1]
+  const int32_t* seq_lens = nullptr;     // [num_seqs]
+  const int32_t* tail_slots = nullptr;   // [num_seqs]; -1: a padding sequence, written nowhere
 };
 
 // Writes K/V rows into the cache: row t goes to slot slot_mapping[t] = block * block_size + offset.
@@ -38,6 +73,7 @@ struct KvWriteArgs {
   int32_t num_tokens = 0;
   const int32_t* slot_mapping = nullptr;  // [num_tokens]
   PagedKvView cache;
+  KvBatchLayout batch;  // low-bit formats
 };
 
 struct PagedAttentionArgs {
@@ -52,6 +88,9 @@ struct PagedAttentionArgs {
   const int32_t* seq_lens = nullptr;      // [num_seqs]
   const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
   int32_t max_blocks_per_seq = 0;
+  // Low-bit formats: each sequence's tail slot ([num_seqs]); a sequence with none (-1, padding)
+  // reads its partial block from the packed pool instead.
+  const int32_t* tail_slots = nullptr;
   float scale = 1.0f;  // multiplies q.k before the softmax
   // 0: full causal attention. w > 0: a query at position p sees keys at (p - w, p].
   int32_t sliding_window = 0;

@@ -115,8 +115,10 @@ void SiluMul(ThreadPool& pool, const float* gate, int64_t gate_stride, const flo
 }
 
 void WriteKv(ThreadPool& pool, const KvWriteArgs& args) {
-  if (!UseAvx2()) return ref::WriteKv(args);
   const PagedKvView& cache = args.cache;
+  // Low-bit packing and fp8 rounding run the reference (a step writes few rows next to what its
+  // matmuls read).
+  if (!UseAvx2() || cache.low_bit() || cache.dtype == DType::kF8E4M3) return ref::WriteKv(args);
   const size_t elem = DTypeSize(cache.dtype);
   ForEachRow(pool, args.num_tokens, 2 * int64_t{cache.num_kv_heads} * cache.head_dim, [&](int32_t t) {
     const int32_t slot = args.slot_mapping[t];

@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/ref/kv_quant_ref.h"
 #include "kernels/ref/quant_ref.h"
 
 namespace loom::ref {
@@ -74,6 +75,7 @@ void SiluMul(const float* gate, int64_t gate_stride, const float* up, int64_t up
 }
 
 void WriteKv(const KvWriteArgs& args) {
+  if (args.cache.low_bit()) return WriteKvLowBit(args);
   const PagedKvView& cache = args.cache;
   const int32_t row_len = cache.num_kv_heads * cache.head_dim;
   for (int32_t t = 0; t < args.num_tokens; ++t) {
@@ -103,11 +105,9 @@ void PagedAttention(const PagedAttentionArgs& args) {
     const int32_t q_end = args.query_start[s + 1];
     const int32_t seq_len = args.seq_lens[s];
     const int32_t* blocks = args.block_tables + int64_t{s} * args.max_blocks_per_seq;
-    auto kv_index = [&](int32_t pos, int32_t kv_head, int32_t d) {
-      const int32_t block = blocks[pos / cache.block_size];
-      return static_cast<size_t>(block) * cache.block_stride() +
-             static_cast<size_t>(kv_head) * cache.head_stride() +
-             static_cast<size_t>(pos % cache.block_size) * head_dim + d;
+    const int32_t tail = args.tail_slots != nullptr ? args.tail_slots[s] : -1;
+    auto load = [&](bool is_v, int32_t pos, int32_t kv_head, int32_t d) {
+      return LoadKvElement(cache, blocks, seq_len, tail, is_v, pos, kv_head, d);
     };
     for (int32_t t = q_begin; t < q_end; ++t) {
       const int32_t pos = seq_len - (q_end - t);
@@ -120,7 +120,7 @@ void PagedAttention(const PagedAttentionArgs& args) {
         for (int32_t j = first; j <= pos; ++j) {
           float dot = 0.0f;
           for (int32_t d = 0; d < head_dim; ++d) {
-            dot += q[d] * LoadAsF32(cache.k, cache.dtype, kv_index(j, kv_head, d));
+            dot += q[d] * load(false, j, kv_head, d);
           }
           scores[j - first] = dot * args.scale;
           max_score = std::max(max_score, scores[j - first]);
@@ -134,7 +134,7 @@ void PagedAttention(const PagedAttentionArgs& args) {
         for (int32_t d = 0; d < head_dim; ++d) {
           float acc = 0.0f;
           for (int32_t j = first; j <= pos; ++j) {
-            acc += scores[j - first] * LoadAsF32(cache.v, cache.dtype, kv_index(j, kv_head, d));
+            acc += scores[j - first] * load(true, j, kv_head, d);
           }
           out[d] = acc / denom;
         }

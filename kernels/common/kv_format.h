@@ -1,0 +1,109 @@
+// The low-bit KV-cache formats (int8, int4, int2; DType::kKvInt*): how a block's codes, scales and
+// zeros are laid out, how a group is quantized, and how a code is read back. Shared by the
+// reference, CPU and CUDA kernels; every implementation must produce and read these bytes.
+//
+// Quantization (asymmetric min/max, KIVI-style):
+//   a group g of values x: zero = f16(min g), scale = f16((max g - zero) / (2^bits - 1)),
+//   code(x) = clamp(rint((x - zero) * inv), 0, 2^bits - 1), inv = 1 / scale (0 when scale is 0),
+//   x' = code * scale + zero.
+// Groups: K per channel (a group is one channel of one head over the block's block_size tokens)
+// or per token (one token's head_dim values); V always per token.
+//
+// Layout of one block of one KV head (a "head block"), K and V each:
+//   codes  [block_size][row_bytes]   row_bytes = head_dim * bits / 8
+//   scales [num_params] f16          num_params = head_dim (K per channel) or block_size
+//   zeros  [num_params] f16
+// A layer's K region is [num_blocks][num_kv_heads] head blocks, its V region likewise.
+// Within a row, codes are packed in chunks of 32 elements (head_dim is a multiple of 32):
+//   int8: byte j of the chunk holds element j.
+//   int4: byte j (0..15) holds element j in its low nibble and element j + 16 in its high one.
+//   int2: byte j (0..7) holds elements j, j + 8, j + 16, j + 24 in bits 0-1, 2-3, 4-5, 6-7.
+// These orders let a SIMD kernel unpack a chunk with shifts and masks into element order.
+//
+// Residual tail: a sequence's last, partially filled block is not quantized. Its rows live in
+// the sequence's tail slot, bf16 [num_tail_slots][num_kv_heads][block_size][head_dim] per layer
+// for K and V, and the block is quantized (from the tail plus the new rows) in the step that
+// writes its last token. So a block is packed exactly when it is full, and only full blocks are
+// ever shared through the prefix cache.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/common/dtype.h"
+
+namespace loom {
+
+// Chunk of elements the code packing works in; head_dim must be a multiple of it.
+inline constexpr int32_t kKvPackChunk = 32;
+
+// Sizes of one head block of a low-bit format.
+struct KvPackedLayout {
+  int32_t bits = 0;  // 8, 4 or 2
+  int32_t block_size = 0;
+  int32_t head_dim = 0;
+  bool k_per_token = false;
+
+  int64_t row_bytes() const { return int64_t{head_dim} * bits / 8; }
+  int64_t codes_bytes() const { return int64_t{block_size} * row_bytes(); }
+  int32_t k_num_params() const { return k_per_token ? block_size : head_dim; }
+  int32_t v_num_params() const { return block_size; }
+  int64_t k_head_bytes() const { return codes_bytes() + int64_t{4} * k_num_params(); }
+  int64_t v_head_bytes() const { return codes_bytes() + int64_t{4} * v_num_params(); }
+  int32_t max_code() const { return (1 << bits) - 1; }
+};
+
+// Byte and shift of element `i` of a packed row.
+struct KvCodePlace {
+  int32_t byte;
+  int32_t shift;
+};
+inline KvCodePlace KvCodePlaceOf(int32_t bits, int32_t i) {
+  const int32_t chunk = i / kKvPackChunk, j = i % kKvPackChunk;
+  switch (bits) {
+    case 8: return {i, 0};
+    case 4: return {chunk * 16 + (j & 15), (j >> 4) * 4};
+    default: return {chunk * 8 + (j & 7), (j >> 3) * 2};
+  }
+}
+
+inline int32_t KvGetCode(const uint8_t* row, int32_t bits, int32_t i) {
+  const KvCodePlace p = KvCodePlaceOf(bits, i);
+  return (row[p.byte] >> p.shift) & ((1 << bits) - 1);
+}
+
+inline void KvSetCode(uint8_t* row, int32_t bits, int32_t i, int32_t code) {
+  const KvCodePlace p = KvCodePlaceOf(bits, i);
+  const int32_t mask = ((1 << bits) - 1) << p.shift;
+  row[p.byte] = static_cast<uint8_t>((row[p.byte] & ~mask) | ((code << p.shift) & mask));
+}
+
+// Scale and zero of one group, as stored (f16 bits).
+struct KvGroupParams {
+  uint16_t scale;
+  uint16_t zero;
+};
+
+// The parameters of a group with these extremes. Values beyond the f16 range saturate.
+inline KvGroupParams KvChooseParams(float min_value, float max_value, int32_t max_code) {
+  auto saturate = [](float x) { return std::fmin(std::fmax(x, -65504.0f), 65504.0f); };
+  const uint16_t zero = F32ToFp16(saturate(min_value));
+  const float range = saturate(max_value) - Fp16ToF32(zero);
+  const float scale = range > 0.0f ? range / static_cast<float>(max_code) : 0.0f;
+  return {F32ToFp16(saturate(scale)), zero};
+}
+
+// code(x) for a group with `params` (see the file comment).
+inline int32_t KvQuantizeValue(float x, KvGroupParams params, int32_t max_code) {
+  const float scale = Fp16ToF32(params.scale);
+  const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+  const float code = std::rint((x - Fp16ToF32(params.zero)) * inv);
+  if (!(code > 0.0f)) return 0;  // negative, zero or NaN
+  return code >= static_cast<float>(max_code) ? max_code : static_cast<int32_t>(code);
+}
+
+inline float KvDequantizeValue(int32_t code, KvGroupParams params) {
+  return static_cast<float>(code) * Fp16ToF32(params.scale) + Fp16ToF32(params.zero);
+}
+
+}  // namespace loom
