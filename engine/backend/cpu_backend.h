@@ -21,6 +21,10 @@ class CpuOps final : public Ops {
   bool SupportsWeightFormat(DType dtype) const override {
     return IsFloatDType(dtype) || IsQuantizedDType(dtype);
   }
+  // Every KV format within the packed layout's rules (CheckKvLayout).
+  absl::Status CheckKvFormat(const KvFormatSpec& format) const override {
+    return CheckKvLayout(format);
+  }
   void Embedding(const int32_t* token_ids, int32_t num_tokens, const WeightView& table,
                  float* out) override;
   void RmsNorm(const float* x, int64_t x_stride, int32_t num_rows, int32_t dim,

@@ -11,6 +11,7 @@
 #include <span>
 
 #include "absl/status/status.h"
+#include "engine/backend/kv_format_check.h"
 #include "kernels/common/attention_args.h"
 #include "kernels/common/dtype.h"
 
@@ -65,6 +66,14 @@ class Ops {
   // Whether Linear and Embedding run weights stored in `dtype`. The loader refuses a model with a
   // matrix in a format its backend does not run (a combination without a kernel never runs).
   virtual bool SupportsWeightFormat(DType dtype) const { return IsFloatDType(dtype); }
+
+  // OK when WriteKv and PagedAttention run a cache of `format`; otherwise an error naming the
+  // combination (format, granularity, head_dim, block size, GQA group) that has no kernel. The
+  // loader calls it before allocating the cache, so such a combination is refused at start.
+  virtual absl::Status CheckKvFormat(const KvFormatSpec& format) const {
+    return IsFloatDType(format.dtype) ? absl::OkStatus()
+                                      : UnsupportedKvFormat(format, "this backend");
+  }
 
   // out[t, :] = table[token_ids[t], :].  table: [vocab, dim]; out: [num_tokens, dim].
   virtual void Embedding(const int32_t* token_ids, int32_t num_tokens, const WeightView& table,

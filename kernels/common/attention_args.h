@@ -54,6 +54,16 @@ struct PagedKvView {
   }
 };
 
+// A KV cache's format and the shape its kernels must serve, as checked at start.
+struct KvFormatSpec {
+  DType dtype = DType::kBF16;
+  bool k_per_token = false;  // low-bit formats: K grouped per token instead of per channel
+  int32_t head_dim = 0;
+  int32_t block_size = 0;
+  int32_t num_heads = 0;
+  int32_t num_kv_heads = 0;
+};
+
 // Where each sequence of a ragged batch is: the same arrays PagedAttentionArgs carries. The
 // low-bit write kernel needs them (it packs per sequence and block); element formats do not.
 struct KvBatchLayout {
