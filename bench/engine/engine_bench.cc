@@ -6,7 +6,7 @@
 //
 //   loom_engine_bench make-model --shape llama-1.1b --dtype bf16 --out DIR
 //   loom_engine_bench run --model DIR [--backend cpu|cuda] [--threads 1,2] [--batch 1,8]
-//                         [--prompt-len 128] [--gen-len 32] [--kv-dtype bf16]
+//                         [--prompt-len 128] [--gen-len 32] [--kv-cache-dtype bf16]
 //                         [--max-batched-tokens 2048] [--out FILE.json]
 #include <chrono>
 #include <cstdio>
@@ -84,7 +84,7 @@ int MakeModel(const std::vector<std::string>& args) {
 }
 
 struct RunSettings {
-  std::string model, kv_dtype = "bf16", out, threads = "2", batches = "1", backend = "cpu";
+  std::string model, kv_dtype = "bf16", kv_k_granularity = "channel", out, threads = "2", batches = "1", backend = "cpu";
   int64_t prompt_len = 128, gen_len = 32, block_size = 16, repeat = 2, max_batched_tokens = 2048;
   bool fast_bf16 = false;
   std::string quant_activations = "f32";  // or "int8"
@@ -121,14 +121,17 @@ nlohmann::json RunOne(const RunSettings& s, int threads, int batch, double bandw
   EngineConfig config;
   config.model_dir = s.model;
   config.num_threads = threads;
-  config.kv_dtype = s.kv_dtype == "f32" ? DType::kF32 : s.kv_dtype == "f16" ? DType::kF16 : DType::kBF16;
-  config.block_size = static_cast<int32_t>(s.block_size);
+  if (absl::Status kv = SetKvCacheFormat(s.kv_dtype, s.kv_k_granularity,
+                                         static_cast<int32_t>(s.block_size), config);
+      !kv.ok()) {
+    return {{"error", std::string(kv.message())}};
+  }
   config.max_num_seqs = std::max(batch, 1);
   config.kv_cache_bytes = int64_t{2} << 30;
   config.fast_bf16_matmul = s.fast_bf16;
   config.int8_activations = s.quant_activations == "int8";
   config.max_num_batched_tokens = static_cast<int32_t>(s.max_batched_tokens);
-  config.max_context_len = static_cast<int32_t>(s.prompt_len + s.gen_len + s.block_size);
+  config.max_context_len = static_cast<int32_t>(s.prompt_len + s.gen_len + config.block_size);
   if (s.backend == "cuda") config.backend = BackendKind::kCuda;
   auto executor = LocalExecutor::Create(config);
   if (!executor.ok()) return {{"error", std::string(executor.status().message())}};
@@ -198,7 +201,8 @@ int Run(const std::vector<std::string>& args) {
   flags.String("batch", &s.batches, "comma-separated batch sizes (sequences)");
   flags.Int("prompt-len", &s.prompt_len, "prompt tokens per sequence");
   flags.Int("gen-len", &s.gen_len, "generated tokens per sequence");
-  flags.String("kv-dtype", &s.kv_dtype, "bf16, f16 or f32");
+  flags.String("kv-cache-dtype", &s.kv_dtype, "auto, bf16, f16, f32, fp8-e4m3, int8, int4 or int2");
+  flags.String("kv-k-granularity", &s.kv_k_granularity, "low-bit KV: channel or token");
   flags.Int("block-size", &s.block_size, "tokens per KV block");
   flags.Int("repeat", &s.repeat, "runs per setting; the best is reported");
   flags.Bool("fast-bf16-matmul", &s.fast_bf16, "single-bf16 prefill activations");
@@ -229,6 +233,7 @@ int Run(const std::vector<std::string>& args) {
       {"machine", MachineJson()},
       // The folder's name only: results are committed and must not name a path of the machine.
       {"settings", {{"model", std::string(BaseName(s.model))}, {"kv_dtype", s.kv_dtype},
+                    {"kv_k_granularity", s.kv_k_granularity},
                     {"block_size", s.block_size}, {"backend", s.backend},
                     {"max_batched_tokens", s.max_batched_tokens}, {"peak_tflops", s.peak_tflops},
                     {"repeat", s.repeat}, {"fast_bf16_matmul", s.fast_bf16},

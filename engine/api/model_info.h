@@ -40,8 +40,10 @@ struct KvCapacity {
   int32_t num_blocks = 0;
   int32_t block_size = 0;
   DType kv_dtype = DType::kBF16;
-  // Bytes of one block across all layers (K and V).
+  // Bytes of one block across all layers (K and V; low-bit formats: codes, scales and zeros).
   int64_t bytes_per_block = 0;
+  // Bytes of the residual tails beside the blocks (low-bit formats; 0 otherwise).
+  int64_t tail_bytes = 0;
   // Most tokens one step may compute, and most sequences one step may hold.
   int32_t max_num_batched_tokens = 0;
   int32_t max_num_seqs = 0;

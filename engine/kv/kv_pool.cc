@@ -3,15 +3,47 @@
 #include <sys/mman.h>
 
 #include <cstring>
+#include <utility>
 
 #include "engine/common/strings.h"
 #include "engine/common/logging.h"
 
 namespace loom {
 
+namespace {
+
+KvPackedLayout Packed(const KvPoolShape& s) {
+  return {TraitsOf(s.dtype).kv_code_bits, s.block_size, s.head_dim, s.k_per_token};
+}
+
+}  // namespace
+
+int64_t KvPoolShape::KBlockBytes() const {
+  if (IsLowBitKvDType(dtype)) return int64_t{num_kv_heads} * Packed(*this).k_head_bytes();
+  return int64_t{num_kv_heads} * block_size * head_dim * static_cast<int64_t>(DTypeSize(dtype));
+}
+
+int64_t KvPoolShape::VBlockBytes() const {
+  if (IsLowBitKvDType(dtype)) return int64_t{num_kv_heads} * Packed(*this).v_head_bytes();
+  return KBlockBytes();
+}
+
 int64_t KvPoolShape::BytesPerBlock() const {
-  return int64_t{2} * num_layers * num_kv_heads * block_size * head_dim *
-         static_cast<int64_t>(DTypeSize(dtype));
+  return int64_t{num_layers} * (KBlockBytes() + VBlockBytes());
+}
+
+int64_t KvPoolShape::TailBytes() const {
+  if (!IsLowBitKvDType(dtype)) return 0;
+  return int64_t{2} * num_layers * num_tail_slots * num_kv_heads * block_size * head_dim *
+         static_cast<int64_t>(sizeof(uint16_t));
+}
+
+double KvPoolShape::BytesPerToken() const {
+  return static_cast<double>(BytesPerBlock()) / block_size;
+}
+
+KvFormatSpec KvPoolShape::Format(int32_t num_heads) const {
+  return {dtype, k_per_token, head_dim, block_size, num_heads, num_kv_heads};
 }
 
 absl::StatusOr<std::unique_ptr<KvPool>> KvPool::Create(const KvPoolShape& shape,
@@ -24,11 +56,14 @@ absl::StatusOr<std::unique_ptr<KvPool>> KvPool::Create(const KvPoolShape& shape,
         shape.num_layers, ", ", shape.num_kv_heads, ", ", shape.head_dim, ", ", shape.block_size,
         ", ", num_blocks, ")"));
   }
-  if (!IsFloatDType(shape.dtype)) {
+  if (!IsKvCacheDType(shape.dtype)) {
     return absl::InvalidArgumentError(
         StrCat("KV pool: unsupported cache dtype ", DTypeName(shape.dtype)));
   }
-  const int64_t total = shape.BytesPerBlock() * num_blocks;
+  if (IsLowBitKvDType(shape.dtype) && shape.num_tail_slots <= 0) {
+    return absl::InvalidArgumentError("KV pool: a low-bit format needs residual tail slots");
+  }
+  const int64_t total = shape.BytesPerBlock() * num_blocks + shape.TailBytes();
   if (!backend.host_memory()) {
     absl::StatusOr<DeviceBuffer> buffer = backend.Allocate(total);
     if (!buffer.ok()) {
@@ -60,8 +95,7 @@ KvPool::KvPool(const KvPoolShape& shape, int32_t num_blocks, Backend& backend, v
       shape_(shape),
       num_blocks_(num_blocks),
       memory_(memory),
-      total_bytes_(total_bytes),
-      layer_bytes_(total_bytes / (2 * shape.num_layers)) {}
+      total_bytes_(total_bytes) {}
 
 KvPool::~KvPool() {
   if (device_memory_.data() == nullptr) munmap(memory_, static_cast<size_t>(total_bytes_));
@@ -69,15 +103,26 @@ KvPool::~KvPool() {
 
 PagedKvView KvPool::Layer(int32_t layer) const {
   LOOM_CHECK(layer >= 0 && layer < shape_.num_layers, "layer ", layer);
-  char* base = static_cast<char*>(memory_) + 2 * layer * layer_bytes_;
+  const int64_t k_bytes = shape_.KBlockBytes() * num_blocks_;
+  const int64_t v_bytes = shape_.VBlockBytes() * num_blocks_;
+  char* base = static_cast<char*>(memory_) + layer * (k_bytes + v_bytes);
   PagedKvView view;
   view.k = base;
-  view.v = base + layer_bytes_;
+  view.v = base + k_bytes;
   view.dtype = shape_.dtype;
   view.num_blocks = num_blocks_;
   view.num_kv_heads = shape_.num_kv_heads;
   view.block_size = shape_.block_size;
   view.head_dim = shape_.head_dim;
+  view.k_per_token = shape_.k_per_token;
+  if (IsLowBitKvDType(shape_.dtype)) {
+    const int64_t tail_bytes = shape_.TailBytes() / (2 * shape_.num_layers);
+    char* tails = static_cast<char*>(memory_) + shape_.BytesPerBlock() * num_blocks_ +
+                  int64_t{2} * layer * tail_bytes;
+    view.tail_k = tails;
+    view.tail_v = tails + tail_bytes;
+    view.num_tail_slots = shape_.num_tail_slots;
+  }
   return view;
 }
 
@@ -85,13 +130,27 @@ void KvPool::CopyBlock(BlockId src, BlockId dst) {
   LOOM_CHECK(src.value() >= 0 && src.value() < num_blocks_ && dst.value() >= 0 &&
                  dst.value() < num_blocks_,
              "block copy ", src.value(), " -> ", dst.value());
-  const int64_t block_bytes = layer_bytes_ / num_blocks_;
   for (int32_t layer = 0; layer < shape_.num_layers; ++layer) {
     const PagedKvView view = Layer(layer);
-    for (void* base : {view.k, view.v}) {
+    for (const auto& [base, block_bytes] : {std::pair{view.k, shape_.KBlockBytes()},
+                                            std::pair{view.v, shape_.VBlockBytes()}}) {
       char* bytes = static_cast<char*>(base);
       backend_.CopyWithinDevice(bytes + dst.value() * block_bytes,
                                 bytes + src.value() * block_bytes, block_bytes);
+    }
+  }
+}
+
+void KvPool::CopyTail(int32_t src, int32_t dst) {
+  LOOM_CHECK(src >= 0 && src < shape_.num_tail_slots && dst >= 0 && dst < shape_.num_tail_slots,
+             "tail copy ", src, " -> ", dst);
+  const int64_t slot_bytes =
+      int64_t{shape_.num_kv_heads} * shape_.block_size * shape_.head_dim * 2;
+  for (int32_t layer = 0; layer < shape_.num_layers; ++layer) {
+    const PagedKvView view = Layer(layer);
+    for (void* base : {view.tail_k, view.tail_v}) {
+      char* bytes = static_cast<char*>(base);
+      backend_.CopyWithinDevice(bytes + dst * slot_bytes, bytes + src * slot_bytes, slot_bytes);
     }
   }
 }

@@ -3,7 +3,9 @@
 //
 // Layout per layer (kernels/common/attention_args.h): k, v: [num_blocks, num_kv_heads,
 // block_size, head_dim] in the pool's dtype, the layers one after another (layer l's K, then its
-// V). Blocks are addressed by BlockId; which sequence owns a block is the scheduler's business,
+// V). Low-bit formats (kernels/common/kv_format.h) store packed head blocks instead, and after
+// all layers come the residual tails: per layer, K then V, bf16 [num_tail_slots, num_kv_heads,
+// block_size, head_dim], one slot per sequence the engine holds. Blocks are addressed by BlockId; which sequence owns a block is the scheduler's business,
 // not the pool's. Host memory (an anonymous mapping) for a backend whose memory is host memory,
 // one allocation of the backend's device memory otherwise.
 // Thread safety: none; the engine loop owns the pool.
@@ -26,9 +28,21 @@ struct KvPoolShape {
   int32_t head_dim = 0;
   int32_t block_size = 16;
   DType dtype = DType::kBF16;
+  // Low-bit formats: K grouped per token instead of per channel, and how many residual tails
+  // (sequences) the pool holds.
+  bool k_per_token = false;
+  int32_t num_tail_slots = 0;
 
+  // Bytes one block takes in one layer, K and V (scales and zeros included).
+  int64_t KBlockBytes() const;
+  int64_t VBlockBytes() const;
   // Bytes one block takes across all layers, K and V.
   int64_t BytesPerBlock() const;
+  // Bytes of all residual tails (0 for element formats).
+  int64_t TailBytes() const;
+  // Bytes one token takes in a block (BytesPerBlock / block_size).
+  double BytesPerToken() const;
+  KvFormatSpec Format(int32_t num_heads) const;
 };
 
 class KvPool {
@@ -50,8 +64,12 @@ class KvPool {
   // The cache of one layer, as the attention kernels take it.
   PagedKvView Layer(int32_t layer) const;
 
-  // Copies block `src` to `dst` in every layer (K and V), queued on the backend.
+  // Copies block `src` to `dst` in every layer (K and V), queued on the backend. Low-bit formats:
+  // the packed form only (a full block; partial blocks live in their sequence's tail).
   void CopyBlock(BlockId src, BlockId dst);
+
+  // Copies tail slot `src` to `dst` in every layer, queued on the backend.
+  void CopyTail(int32_t src, int32_t dst);
 
  private:
   KvPool(const KvPoolShape& shape, int32_t num_blocks, Backend& backend, void* memory,
@@ -63,7 +81,6 @@ class KvPool {
   int32_t num_blocks_;
   void* memory_;
   int64_t total_bytes_;
-  int64_t layer_bytes_;  // K or V of one layer
 };
 
 }  // namespace loom

@@ -28,6 +28,7 @@ void AttentionBlock(Ops& ops, const ModelConfig& c, const DecoderLayerWeights& w
   write.num_tokens = tokens;
   write.slot_mapping = batch.slot_mapping;
   write.cache = cache;
+  write.batch = {batch.num_seqs, batch.query_start, batch.seq_lens, batch.tail_slots};
   ops.WriteKv(write);
 
   PagedAttentionArgs attn;
@@ -42,6 +43,7 @@ void AttentionBlock(Ops& ops, const ModelConfig& c, const DecoderLayerWeights& w
   attn.seq_lens = batch.seq_lens;
   attn.block_tables = batch.block_tables;
   attn.max_blocks_per_seq = batch.max_blocks_per_seq;
+  attn.tail_slots = batch.tail_slots;
   // head_dim ** -0.5 as the reference computes it (in double, then used as an f32 scalar).
   attn.scale = static_cast<float>(std::pow(static_cast<double>(c.head_dim), -0.5));
   attn.sliding_window = c.layer_sliding_window[layer];

@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "absl/status/status.h"
 #include "engine/backend/backend.h"
 #include "kernels/common/dtype.h"
 
@@ -18,8 +19,14 @@ struct EngineConfig {
   BackendKind backend = BackendKind::kCpu;
   // CPU worker threads; 0 = one per available core. At most 1024.
   int num_threads = 0;
-  // KV cache element type: f32, bf16 or f16.
+  // KV cache format: f32, bf16, f16, fp8-e4m3, or the low-bit int8, int4 and int2 (packed codes
+  // with f16 scales/zeros, K grouped per channel over one block or per token, V per token, and a
+  // bf16 residual tail per sequence; kernels/common/kv_format.h).
   DType kv_dtype = DType::kBF16;
+  // kv_dtype is "auto": the model's float weight type (f16 for block-quantized weights).
+  bool kv_dtype_auto = false;
+  // Low-bit formats: group K per token instead of per channel.
+  bool kv_k_per_token = false;
   // Tokens per KV block.
   int32_t block_size = 16;
   // KV cache size: num_kv_blocks when > 0, else kv_cache_bytes.
@@ -57,12 +64,47 @@ struct EngineConfig {
   bool populate_kv_cache = false;
 };
 
-// The KV cache type a flag or config file names: "bf16", "f16" or "f32"; nullopt otherwise.
+// The KV cache formats a flag or config file may name, besides "auto".
+inline constexpr DType kKvCacheDTypes[] = {DType::kBF16,   DType::kF16,    DType::kF32,
+                                           DType::kF8E4M3, DType::kKvInt8, DType::kKvInt4,
+                                           DType::kKvInt2};
+
+// The KV cache format a flag or config file names ("bf16", "int4", ...; "fp8" is fp8-e4m3);
+// nullopt otherwise ("auto" included: see EngineConfig::kv_dtype_auto).
 inline std::optional<DType> KvCacheDTypeFromName(std::string_view name) {
-  for (DType d : {DType::kBF16, DType::kF16, DType::kF32}) {
+  if (name == "fp8") return DType::kF8E4M3;
+  for (DType d : kKvCacheDTypes) {
     if (DTypeName(d) == name) return d;
   }
   return std::nullopt;
+}
+
+// The KV cache names every front end (loomd's configuration, loom generate, the benches) accepts,
+// applied to `config`: `dtype` "auto" or a KvCacheDTypeFromName name; `k_granularity` "channel"
+// or "token" (low-bit formats); `block_size` 0 picks 16 for the element formats and 64 for the
+// low-bit ones (one K group per block: larger groups cost less in scales and keep a longer
+// full-precision tail).
+inline absl::Status SetKvCacheFormat(std::string_view dtype, std::string_view k_granularity,
+                                     int32_t block_size, EngineConfig& config) {
+  config.kv_dtype_auto = dtype == "auto";
+  if (!config.kv_dtype_auto) {
+    std::optional<DType> d = KvCacheDTypeFromName(dtype);
+    if (!d) {
+      return absl::InvalidArgumentError(
+          "KV cache dtype must be auto, bf16, f16, f32, fp8-e4m3, int8, int4 or int2, got '" +
+          std::string(dtype) + "'");
+    }
+    config.kv_dtype = *d;
+  }
+  if (k_granularity != "channel" && k_granularity != "token") {
+    return absl::InvalidArgumentError("K granularity must be channel or token, got '" +
+                                      std::string(k_granularity) + "'");
+  }
+  config.kv_k_per_token = k_granularity == "token";
+  if (block_size < 0) return absl::InvalidArgumentError("block size must be >= 0");
+  const bool low_bit = !config.kv_dtype_auto && IsLowBitKvDType(config.kv_dtype);
+  config.block_size = block_size > 0 ? block_size : low_bit ? 64 : 16;
+  return absl::OkStatus();
 }
 
 }  // namespace loom

@@ -41,8 +41,9 @@ absl::Status CheckEngineConfig(const EngineConfig& c) {
   if (c.block_size < 1 || c.block_size > 1024) {
     return absl::InvalidArgumentError(StrCat("block_size must be in [1, 1024], got ", c.block_size));
   }
-  if (!IsFloatDType(c.kv_dtype)) {
-    return absl::InvalidArgumentError("kv cache dtype must be f32, bf16 or f16");
+  if (!IsKvCacheDType(c.kv_dtype)) {
+    return absl::InvalidArgumentError(
+        "kv cache dtype must be auto, f32, bf16, f16, fp8-e4m3, int8, int4 or int2");
   }
   if (c.max_num_batched_tokens < 1 || c.max_num_seqs < 1 || c.max_logit_rows < 1) {
     return absl::InvalidArgumentError(
@@ -196,6 +197,13 @@ absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(const Engin
   shape.head_dim = model_config.head_dim;
   shape.block_size = config.block_size;
   shape.dtype = config.kv_dtype;
+  if (config.kv_dtype_auto) {
+    shape.dtype = IsFloatDType(ex->info_.weight_dtype) ? ex->info_.weight_dtype : DType::kF16;
+  }
+  shape.k_per_token = config.kv_k_per_token;
+  // One residual tail per sequence the engine may hold (the scheduler's running set).
+  if (IsLowBitKvDType(shape.dtype)) shape.num_tail_slots = config.max_num_seqs;
+  LOOM_RETURN_IF_ERROR(ex->backend_->ops().CheckKvFormat(shape.Format(model_config.num_heads)));
   int64_t num_blocks = config.num_kv_blocks;
   int64_t kv_budget = config.kv_cache_bytes;
   if (std::optional<Backend::MemoryInfo> memory = ex->backend_->DeviceMemory()) {
@@ -210,7 +218,10 @@ absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(const Engin
              " MiB in use; gpu_memory_utilization ", config.gpu_memory_utilization, " leaves ",
              std::max<int64_t>(kv_budget, 0) >> 20, " MiB for the KV cache");
   }
-  if (num_blocks == 0) num_blocks = std::max<int64_t>(kv_budget, 0) / shape.BytesPerBlock();
+  // The residual tails come out of the same budget as the blocks.
+  if (num_blocks == 0) {
+    num_blocks = std::max<int64_t>(kv_budget - shape.TailBytes(), 0) / shape.BytesPerBlock();
+  }
   // More blocks than max_num_seqs full-length sequences could use is wasted memory.
   num_blocks = std::min({num_blocks, int64_t{blocks_per_seq} * config.max_num_seqs,
                          int64_t{INT32_MAX}});
@@ -224,8 +235,9 @@ absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(const Engin
 
   ex->capacity_.num_blocks = static_cast<int32_t>(num_blocks);
   ex->capacity_.block_size = config.block_size;
-  ex->capacity_.kv_dtype = config.kv_dtype;
+  ex->capacity_.kv_dtype = shape.dtype;
   ex->capacity_.bytes_per_block = shape.BytesPerBlock();
+  ex->capacity_.tail_bytes = shape.TailBytes();
   ex->capacity_.max_num_batched_tokens = max_tokens;
   ex->capacity_.max_num_seqs = config.max_num_seqs;
   return ex;

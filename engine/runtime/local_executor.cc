@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "absl/container/flat_hash_set.h"
 #include "engine/common/logging.h"
 #include "engine/common/status.h"
 #include "engine/common/strings.h"
@@ -95,6 +96,43 @@ void LocalExecutor::Stage(const StepPlan& plan) {
     for (BlockId block : p.new_block_ids) seq.block_table.push_back(block.value());
     entries_.push_back({p.seq_id, &seq, p.num_scheduled_tokens, 0, num_blocks});
   }
+  if (kv_->shape().num_tail_slots > 0) AssignTailSlots(plan);
+}
+
+const LocalExecutor::Sequence* LocalExecutor::PartialBlockOwner(int32_t block) const {
+  const int32_t bs = capacity_.block_size;
+  for (const auto& [id, seq] : sequences_) {
+    const int32_t n = seq.num_computed_tokens;
+    if (n % bs != 0 && seq.block_table[n / bs] == block) return &seq;
+  }
+  return nullptr;
+}
+
+void LocalExecutor::AssignTailSlots(const StepPlan& plan) {
+  // Slots held by the sequences that outlive this plan; the rest are free. (Validate checked
+  // that there are enough.)
+  std::vector<bool> used(kv_->shape().num_tail_slots, false);
+  absl::flat_hash_set<SequenceId> finished(plan.finished.begin(), plan.finished.end());
+  for (const auto& [id, seq] : sequences_) {
+    if (!finished.contains(id)) used[seq.tail_slot] = true;
+  }
+  size_t next = 0;
+  const int32_t bs = capacity_.block_size;
+  for (const NewSequencePlan& p : plan.new_sequences) {
+    while (used[next]) ++next;
+    Sequence& seq = staged_[p.seq_id];
+    seq.tail_slot = static_cast<int32_t>(next++);
+    if (p.num_computed_tokens % bs == 0) continue;
+    // A partial block that a block copy gave this sequence: its rows are in the source's tail.
+    const int32_t block = seq.block_table[p.num_computed_tokens / bs];
+    for (const BlockCopy& copy : plan.block_copies) {
+      if (copy.dst.value() != block) continue;
+      const Sequence* owner = PartialBlockOwner(copy.src.value());
+      LOOM_CHECK(owner != nullptr, "validated block copy without a tail");
+      if (owner->tail_slot != seq.tail_slot) kv_->CopyTail(owner->tail_slot, seq.tail_slot);
+      break;
+    }
+  }
 }
 
 void LocalExecutor::Unstage() {
@@ -124,6 +162,7 @@ StepBatch LocalExecutor::BuildBatch(int32_t graph_batch) {
   positions_.clear();
   slots_.clear();
   seq_lens_.clear();
+  tail_slots_.clear();
   query_start_.assign(1, 0);
   int32_t max_blocks = 1;
   int32_t min_query = INT32_MAX, max_query = 0;
@@ -138,6 +177,7 @@ StepBatch LocalExecutor::BuildBatch(int32_t graph_batch) {
     }
     query_start_.push_back(static_cast<int32_t>(token_ids_.size()));
     seq_lens_.push_back(end);
+    tail_slots_.push_back(seq.tail_slot);
     max_blocks = std::max(max_blocks, (end + block_size - 1) / block_size);
     min_query = std::min(min_query, e.num_scheduled);
     max_query = std::max(max_query, e.num_scheduled);
@@ -152,6 +192,7 @@ StepBatch LocalExecutor::BuildBatch(int32_t graph_batch) {
       slots_.push_back(-1);
       query_start_.push_back(static_cast<int32_t>(token_ids_.size()));
       seq_lens_.push_back(1);
+      tail_slots_.push_back(-1);
     }
     max_blocks = inputs_.max_blocks_per_seq;
     min_query = max_query = 1;
@@ -189,6 +230,7 @@ StepBatch LocalExecutor::BuildBatch(int32_t graph_batch) {
   batch.seq_lens = put(inputs_.seq_lens, seq_lens_);
   batch.block_tables = put(inputs_.block_tables, block_tables_);
   batch.max_blocks_per_seq = max_blocks;
+  batch.tail_slots = put(inputs_.tail_slots, tail_slots_);
   batch.min_query_len = min_query;
   batch.max_query_len = max_query;
   return batch;
@@ -214,6 +256,7 @@ absl::Status LocalExecutor::AllocateStepInputs(int32_t max_tokens, int32_t max_s
   in.query_start = take((int64_t{max_seqs} + 1) * 4);
   in.seq_lens = take(int64_t{max_seqs} * 4);
   in.block_tables = take(int64_t{max_seqs} * max_blocks_per_seq * 4);
+  in.tail_slots = take(int64_t{max_seqs} * 4);
   LOOM_ASSIGN_OR_RETURN(device_inputs_, backend_->Allocate(offset));
   return absl::OkStatus();
 }

@@ -69,6 +69,8 @@ class LocalExecutor final : public Executor {
     std::vector<int32_t> block_table;
     int32_t num_computed_tokens = 0;
     SamplingParams sampling;
+    // Low-bit KV formats: the tail slot holding this sequence's partial last block; -1 otherwise.
+    int32_t tail_slot = -1;
   };
   // One sequence's part of the step.
   struct Entry {
@@ -110,6 +112,12 @@ class LocalExecutor final : public Executor {
   int32_t GraphBatchSize() const;
   // Allocates the step-input buffer for the largest step, at fixed offsets.
   absl::Status AllocateStepInputs(int32_t max_tokens, int32_t max_seqs, int32_t max_blocks_per_seq);
+  // Low-bit KV formats: gives each new sequence of the step a free tail slot (the slots of the
+  // sequences the plan finishes are free) and copies the tails that the plan's block copies of
+  // partial blocks carry.
+  void AssignTailSlots(const StepPlan& plan);
+  // The held sequence whose partial last block (kept in its tail) is `block`; null if none.
+  const Sequence* PartialBlockOwner(int32_t block) const;
   void CollectLogitRequests();
   void RunLogitRequests(std::vector<SequenceOutput>& outputs);
   void ProcessLogitRow(const LogitRequest& request, float* logits, SamplerScratch& scratch,
@@ -137,7 +145,8 @@ class LocalExecutor final : public Executor {
   // Per-step staging, reused across steps.
   std::vector<Entry> entries_;
   std::vector<LogitRequest> logit_requests_;
-  std::vector<int32_t> token_ids_, positions_, slots_, query_start_, seq_lens_, block_tables_;
+  std::vector<int32_t> token_ids_, positions_, slots_, query_start_, seq_lens_, block_tables_,
+      tail_slots_;
   std::vector<float> rope_cos_, rope_sin_;
   std::vector<float> host_logits_;
   std::vector<int32_t> logit_rows_;
@@ -145,7 +154,7 @@ class LocalExecutor final : public Executor {
   struct StepInputs {
     int32_t max_tokens = 0, max_seqs = 0, max_blocks_per_seq = 0;
     int64_t token_ids = 0, slots = 0, rope_cos = 0, rope_sin = 0, query_start = 0, seq_lens = 0,
-            block_tables = 0;
+            block_tables = 0, tail_slots = 0;
   };
   StepInputs inputs_;
   DeviceBuffer device_inputs_;

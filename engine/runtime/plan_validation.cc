@@ -108,6 +108,30 @@ absl::Status LocalExecutor::Validate(const StepPlan& plan) const {
   if (static_cast<int64_t>(seen.size()) > capacity_.max_num_seqs) {
     return Bad(StrCat(seen.size(), " sequences exceed the step limit of ", capacity_.max_num_seqs));
   }
+  const int32_t num_tail_slots = kv_->shape().num_tail_slots;
+  if (num_tail_slots > 0) {
+    // Low-bit KV: every held sequence has a tail slot, and a new sequence starts either at a
+    // block edge (a prefix hit shares only full, packed blocks) or on a partial block that a
+    // block copy of this plan takes from a sequence's tail.
+    const int64_t held = static_cast<int64_t>(sequences_.size() - finished.size() +
+                                              plan.new_sequences.size());
+    if (held > num_tail_slots) {
+      return Bad(StrCat(held, " sequences would be held, more than the ", num_tail_slots,
+                        " residual tails of the KV cache"));
+    }
+    for (const NewSequencePlan& p : plan.new_sequences) {
+      if (p.num_computed_tokens % capacity_.block_size == 0) continue;
+      const BlockId block = p.block_table[p.num_computed_tokens / capacity_.block_size];
+      bool supplied = false;
+      for (const BlockCopy& copy : plan.block_copies) {
+        supplied |= copy.dst == block && PartialBlockOwner(copy.src.value()) != nullptr;
+      }
+      if (!supplied) {
+        return Bad(StrCat("new sequence ", p.seq_id, " starts after ", p.num_computed_tokens,
+                          " cached tokens, inside a block, with no tail to copy it from"));
+      }
+    }
+  }
   return absl::OkStatus();
 }
 

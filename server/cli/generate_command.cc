@@ -25,9 +25,9 @@ struct GenerateFlags {
   std::vector<std::string> prompts;
   std::vector<std::string> chats;
   std::string backend = "cpu";
-  std::string kv_dtype = "bf16";
+  std::string kv_dtype = "bf16", kv_k_granularity = "channel";
   std::string quant_activations = "f32";
-  int32_t max_tokens = 32, threads = 0, block_size = 16;
+  int32_t max_tokens = 32, threads = 0, block_size = 0;
   int32_t max_batch_tokens = 2048, prefill_chunk = 0, batch = 1, top_k = 0, logprobs = -1;
   int64_t kv_cache_mb = 1024, seed = 0;
   double temperature = 0, top_p = 1, min_p = 0, repetition_penalty = 1;
@@ -56,8 +56,10 @@ void Declare(FlagSet& f, GenerateFlags& g) {
   f.Bool("ignore-eos", &g.ignore_eos, "do not stop at the model's end-of-sequence tokens");
   f.String("backend", &g.backend, "cpu or cuda");
   f.Int32("threads", &g.threads, "CPU threads (0 = all available cores)");
-  f.String("kv-dtype", &g.kv_dtype, "KV cache type: bf16, f16 or f32");
-  f.Int32("block-size", &g.block_size, "tokens per KV block");
+  f.String("kv-cache-dtype", &g.kv_dtype,
+           "KV cache format: auto, bf16, f16, f32, fp8-e4m3, int8, int4 or int2");
+  f.String("kv-k-granularity", &g.kv_k_granularity, "low-bit KV: K per channel or per token");
+  f.Int32("block-size", &g.block_size, "tokens per KV block (0 = 16, or 64 for low-bit KV)");
   f.Int("kv-cache-mb", &g.kv_cache_mb, "KV cache size in MiB");
   f.Int32("max-batch-tokens", &g.max_batch_tokens, "most tokens computed in one step");
   f.Int32("prefill-chunk", &g.prefill_chunk, "most prompt tokens per sequence and step (0 = budget)");
@@ -68,22 +70,19 @@ void Declare(FlagSet& f, GenerateFlags& g) {
   f.Bool("json", &g.json, "print one JSON object instead of text");
 }
 
-absl::StatusOr<DType> ParseKvDType(const std::string& name) {
-  if (std::optional<DType> d = KvCacheDTypeFromName(name)) return *d;
-  return absl::InvalidArgumentError(StrCat("--kv-dtype: '", name, "' (bf16, f16 or f32)"));
-}
-
 absl::StatusOr<EngineConfig> MakeEngineConfig(const GenerateFlags& g) {
   if (g.model.empty()) return absl::InvalidArgumentError("--model is required");
   EngineConfig config;
   config.model_dir = g.model;
   LOOM_ASSIGN_OR_RETURN(config.backend, ParseBackendKind(g.backend));
-  LOOM_ASSIGN_OR_RETURN(config.kv_dtype, ParseKvDType(g.kv_dtype));
+  if (absl::Status kv = SetKvCacheFormat(g.kv_dtype, g.kv_k_granularity, g.block_size, config);
+      !kv.ok()) {
+    return absl::InvalidArgumentError(StrCat("--kv-cache-dtype: ", kv.message()));
+  }
   if (g.kv_cache_mb < 0 || g.kv_cache_mb > (INT64_MAX >> 20)) {
     return absl::InvalidArgumentError(StrCat("--kv-cache-mb: ", g.kv_cache_mb, " is out of range"));
   }
   config.num_threads = g.threads;
-  config.block_size = g.block_size;
   config.kv_cache_bytes = g.kv_cache_mb << 20;
   config.max_num_batched_tokens = g.max_batch_tokens;
   config.fast_bf16_matmul = g.fast_bf16_matmul;

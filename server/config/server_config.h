@@ -44,9 +44,10 @@ struct ServerConfig {
   int64_t device = 0;   // CUDA device ordinal
   double gpu_memory_utilization = 0.9;
   bool cuda_graphs = true;
-  std::string kv_dtype = "bf16";
+  std::string kv_cache_dtype = "bf16";
+  std::string kv_k_granularity = "channel";
   std::string quantized_activations = "f32";  // "int8": int8 activations for quantized weights
-  int64_t block_size = 16;
+  int64_t block_size = 0;  // 0: 16, or 64 for the low-bit KV formats
   int64_t kv_cache_mb = 1024;
   // Scheduler.
   int64_t max_num_batched_tokens = 2048;

@@ -38,10 +38,9 @@ absl::StatusOr<EngineConfig> MakeEngineConfig(const ServerConfig& c) {
   EngineConfig e;
   e.model_dir = c.model.empty() ? std::string(LOOM_DEFAULT_MODEL_DIR) : c.model;
   LOOM_ASSIGN_OR_RETURN(e.backend, ParseBackendKind(c.backend));
-  // The configuration only accepts the names KvCacheDTypeFromName knows.
-  e.kv_dtype = KvCacheDTypeFromName(c.kv_dtype).value_or(DType::kBF16);
+  LOOM_RETURN_IF_ERROR(SetKvCacheFormat(c.kv_cache_dtype, c.kv_k_granularity,
+                                        static_cast<int32_t>(c.block_size), e));
   e.num_threads = static_cast<int>(c.threads);
-  e.block_size = static_cast<int32_t>(c.block_size);
   e.kv_cache_bytes = c.kv_cache_mb << 20;
   e.device = static_cast<int>(c.device);
   e.gpu_memory_utilization = c.gpu_memory_utilization;
@@ -134,6 +133,10 @@ int Run(const std::vector<std::string>& args) {
   ctx.now_ms = SteadyMs;
   LoadText(engine_config->model_dir, ctx);
   MetricsOptions metrics_options{ctx.model_id, config.metrics_compat == "vllm", ctx.model.max_context_len};
+  metrics_options.kv_cache_dtype = std::string(DTypeName(ctx.capacity.kv_dtype));
+  metrics_options.kv_capacity_tokens = int64_t{ctx.capacity.num_blocks} * ctx.capacity.block_size;
+  metrics_options.kv_bytes_per_token =
+      static_cast<double>(ctx.capacity.bytes_per_block) / ctx.capacity.block_size;
   ServerMetrics metrics(metrics_options);
   ctx.metrics = &metrics;
   EngineLoop engine(**executor, MakeSchedulerConfig(config), SteadyMs);
@@ -145,8 +148,14 @@ int Run(const std::vector<std::string>& args) {
 
   const int64_t tokens = int64_t{ctx.capacity.num_blocks} * ctx.capacity.block_size;
   LOOM_LOG(kInfo, "model ", ctx.model_id, " (", ctx.model.architecture, ", context ",
-           ctx.model.max_context_len, "); KV cache ", ctx.capacity.num_blocks, " blocks x ",
-           ctx.capacity.block_size, " tokens = ", tokens, " tokens; at full context ",
+           ctx.model.max_context_len, "); KV cache ", DTypeName(ctx.capacity.kv_dtype), ", ",
+           ctx.capacity.num_blocks, " blocks x ",
+           ctx.capacity.block_size, " tokens = ", tokens, " tokens (",
+           ctx.capacity.bytes_per_block / ctx.capacity.block_size, " bytes per token",
+           ctx.capacity.tail_bytes > 0
+               ? StrCat(", plus ", ctx.capacity.tail_bytes >> 20, " MiB of bf16 residual tails")
+               : std::string(),
+           "); at full context ",
            tokens / std::max(ctx.model.max_context_len, 1), " sequences fit at once");
 
   http::HttpServerOptions http_options;

@@ -72,6 +72,22 @@ class ServerMetrics::Impl {
         length_buckets_(OneTwoFive(options.max_model_len)) {
     views_.push_back(MakeView("loom_"));
     if (options.vllm_compat) views_.push_back(MakeView("vllm:"));
+    if (!options.kv_cache_dtype.empty()) {
+      const prometheus::Labels labels{{"model_name", options.model_name},
+                                      {"kv_cache_dtype", options.kv_cache_dtype}};
+      prometheus::BuildGauge()
+          .Name("loom_kv_cache_capacity_tokens")
+          .Help("Tokens the KV cache holds in its format.")
+          .Register(*registry_)
+          .Add(labels)
+          .Set(static_cast<double>(options.kv_capacity_tokens));
+      prometheus::BuildGauge()
+          .Name("loom_kv_cache_bytes_per_token")
+          .Help("KV cache bytes one token takes (all layers, K and V, scales and zeros).")
+          .Register(*registry_)
+          .Add(labels)
+          .Set(options.kv_bytes_per_token);
+    }
   }
 
   void ObserveRequest(const RequestRecord& r) {

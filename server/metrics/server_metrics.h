@@ -40,6 +40,10 @@ struct MetricsOptions {
   std::string model_name;
   bool vllm_compat = false;
   int32_t max_model_len = 4096;  // top of the 1-2-5 token-count buckets
+  // The KV cache as configured, exported as constant gauges labelled with its format.
+  std::string kv_cache_dtype;
+  int64_t kv_capacity_tokens = 0;
+  double kv_bytes_per_token = 0;
 };
 
 // Timings of one finished request, in seconds from its arrival (negative = never reached).

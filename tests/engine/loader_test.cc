@@ -441,7 +441,7 @@ TEST(LoaderTest, BadEngineConfig) {
       {"block_size huge", [](EngineConfig& c) { c.block_size = 4096; },
        absl::StatusCode::kInvalidArgument, "block_size must be in [1, 1024], got 4096"},
       {"kv dtype", [](EngineConfig& c) { c.kv_dtype = DType::kI8; },
-       absl::StatusCode::kInvalidArgument, "kv cache dtype must be f32, bf16 or f16"},
+       absl::StatusCode::kInvalidArgument, "kv cache dtype must be auto, f32, bf16, f16, fp8-e4m3, int8, int4 or int2"},
       {"cache too small",
        [](EngineConfig& c) {
          c.num_kv_blocks = 0;

@@ -27,7 +27,7 @@ CHAT_ANSWER = "The capital of France is Paris."
 class Loomd:
     def __init__(self):
         cmd = [ARGS.loomd, "--model", ARGS.model, "--host", "127.0.0.1", "--port", "0",
-               "--kv-cache-mb", "400", "--threads", "2", "--kv-dtype", "f32"]
+               "--kv-cache-mb", "400", "--threads", "2", "--kv-cache-dtype", "f32"]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         if "listening on" not in line:

@@ -105,7 +105,7 @@ TEST(CliTest, VersionAndHelp) {
   run = Loom({"generate", "--help"});
   EXPECT_EQ(run.exit_code, 0) << run.err;
   LOOM_EXPECT_CONTAINS(run.out, "--prompt-ids VALUE");
-  LOOM_EXPECT_CONTAINS(run.out, "--kv-dtype VALUE");
+  LOOM_EXPECT_CONTAINS(run.out, "--kv-cache-dtype VALUE");
 }
 
 TEST(CliTest, BadFlags) {
@@ -205,11 +205,16 @@ TEST(CliTest, PromptLongerThanTheContext) {
 }
 
 TEST(CliTest, BadEngineAndSamplingValues) {
-  ExpectUsageError(Generate({"--prompt-ids", "1", "--kv-dtype", "bogus"}),
-                   "loom generate: --kv-dtype: 'bogus' (bf16, f16 or f32)");
+  ExpectUsageError(Generate({"--prompt-ids", "1", "--kv-cache-dtype", "bogus"}),
+                   "loom generate: --kv-cache-dtype: KV cache dtype must be auto, bf16, f16, f32, "
+                   "fp8-e4m3, int8, int4 or int2, got 'bogus'");
+  ExpectUsageError(Generate({"--prompt-ids", "1", "--kv-k-granularity", "row"}),
+                   "K granularity must be channel or token, got 'row'");
   ExpectUsageError(Generate({"--prompt-ids", "1", "--backend", "tpu"}), "tpu");
-  ExpectUsageError(Generate({"--prompt-ids", "1", "--block-size", "0"}),
-                   "block_size must be in [1, 1024], got 0");
+  ExpectUsageError(Generate({"--prompt-ids", "1", "--block-size", "-1"}),
+                   "block size must be >= 0");
+  ExpectUsageError(Generate({"--prompt-ids", "1", "--block-size", "2000"}),
+                   "block_size must be in [1, 1024], got 2000");
   ExpectUsageError(Generate({"--prompt-ids", "1", "--kv-cache-mb", "0"}),
                    "KV cache of 0 bytes holds no block");
   ExpectUsageError(Generate({"--prompt-ids", "1", "--max-tokens", "0"}),

@@ -40,17 +40,17 @@ TEST(ServerConfigTest, DefaultsFileEnvironmentFlagsInThatOrder) {
                                          "strict_api": true})");
   FakeEnv env;
   env.vars["LOOM_MAX_NUM_SEQS"] = "16";
-  env.vars["LOOM_KV_DTYPE"] = "f16";
+  env.vars["LOOM_KV_CACHE_DTYPE"] = "int4";
   ServerConfig c;
   ASSERT_TRUE(Load({"--config", file, "--max-num-seqs", "32", "--enable_prefix_caching=false"}, env,
                    &c).ok());
   EXPECT_EQ(c.port, 9000);                // file
-  EXPECT_EQ(c.kv_dtype, "f16");           // environment
+  EXPECT_EQ(c.kv_cache_dtype, "int4");          // environment
   EXPECT_EQ(c.max_num_seqs, 32);          // flag beats environment beats file
   EXPECT_FALSE(c.enable_prefix_caching);  // flag
   EXPECT_TRUE(c.strict_api);
   EXPECT_EQ(c.api_keys, (std::vector<std::string>{"a", "b"}));
-  EXPECT_EQ(c.block_size, 16);  // default
+  EXPECT_EQ(c.block_size, 0);  // default: 16, or 64 for low-bit KV
 }
 
 TEST(ServerConfigTest, ListsFromEnvironmentAndBooleanFlags) {
@@ -73,7 +73,7 @@ TEST(ServerConfigTest, ErrorsNameTheKeyAndTheSource) {
   EXPECT_NE(message({"--port", "70000"}, env).find("--port: port must be in [0, 65535]"),
             std::string::npos);
   EXPECT_NE(message({"--frobnicate", "1"}, env).find("unknown flag --frobnicate"), std::string::npos);
-  EXPECT_NE(message({"--kv-dtype", "int3"}, env).find("not one of the allowed values"),
+  EXPECT_NE(message({"--kv-cache-dtype", "int3"}, env).find("not one of the allowed values"),
             std::string::npos);
   EXPECT_NE(message({"--port"}, env).find("needs a value"), std::string::npos);
   FakeEnv bad;

@@ -26,7 +26,7 @@ TASKS = ["loom_echo_loglikelihood", "loom_echo_perplexity"]
 
 def start_loomd(args):
     cmd = [args.loomd, "--model", args.model, "--host", "127.0.0.1", "--port", "0",
-           "--kv-cache-mb", "64", "--kv-dtype", args.kv_dtype]
+           "--kv-cache-mb", "64", "--kv-cache-dtype", args.kv_dtype]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     line = proc.stdout.readline()
     if "listening on" not in line:

@@ -34,7 +34,7 @@ SUM_RTOL = 1e-3
 class Loomd:
     def __init__(self):
         cmd = [ARGS.loomd, "--model", ARGS.model, "--host", "127.0.0.1", "--port", "0",
-               "--kv-cache-mb", "32", "--threads", "1", "--kv-dtype", "f32"]
+               "--kv-cache-mb", "32", "--threads", "1", "--kv-cache-dtype", "f32"]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         if "listening on" not in line:
