@@ -7,7 +7,8 @@ namespace loom {
 std::string KvFormatName(const KvFormatSpec& format) {
   if (!IsLowBitKvDType(format.dtype)) return std::string(DTypeName(format.dtype));
   return StrCat(DTypeName(format.dtype), " (K per ", format.k_per_token ? "token" : "channel",
-                ", V per token, group ", format.block_size, ")");
+                ", V per token, group ", format.block_size, ", bf16 residual of ",
+                format.tail_blocks - 1, "-", format.tail_blocks, " blocks)");
 }
 
 absl::Status UnsupportedKvFormat(const KvFormatSpec& format, std::string_view backend) {

@@ -34,8 +34,8 @@ int64_t KvPoolShape::BytesPerBlock() const {
 
 int64_t KvPoolShape::TailBytes() const {
   if (!IsLowBitKvDType(dtype)) return 0;
-  return int64_t{2} * num_layers * num_tail_slots * num_kv_heads * block_size * head_dim *
-         static_cast<int64_t>(sizeof(uint16_t));
+  return int64_t{2} * num_layers * num_tail_slots * num_kv_heads * tail_blocks * block_size *
+         head_dim * static_cast<int64_t>(sizeof(uint16_t));
 }
 
 double KvPoolShape::BytesPerToken() const {
@@ -43,7 +43,7 @@ double KvPoolShape::BytesPerToken() const {
 }
 
 KvFormatSpec KvPoolShape::Format(int32_t num_heads) const {
-  return {dtype, k_per_token, head_dim, block_size, num_heads, num_kv_heads};
+  return {dtype, k_per_token, head_dim, block_size, num_heads, num_kv_heads, tail_blocks};
 }
 
 absl::StatusOr<std::unique_ptr<KvPool>> KvPool::Create(const KvPoolShape& shape,
@@ -60,7 +60,7 @@ absl::StatusOr<std::unique_ptr<KvPool>> KvPool::Create(const KvPoolShape& shape,
     return absl::InvalidArgumentError(
         StrCat("KV pool: unsupported cache dtype ", DTypeName(shape.dtype)));
   }
-  if (IsLowBitKvDType(shape.dtype) && shape.num_tail_slots <= 0) {
+  if (IsLowBitKvDType(shape.dtype) && (shape.num_tail_slots <= 0 || shape.tail_blocks <= 0)) {
     return absl::InvalidArgumentError("KV pool: a low-bit format needs residual tail slots");
   }
   const int64_t total = shape.BytesPerBlock() * num_blocks + shape.TailBytes();
@@ -122,6 +122,7 @@ PagedKvView KvPool::Layer(int32_t layer) const {
     view.tail_k = tails;
     view.tail_v = tails + tail_bytes;
     view.num_tail_slots = shape_.num_tail_slots;
+    view.tail_blocks = shape_.tail_blocks;
   }
   return view;
 }
@@ -144,8 +145,8 @@ void KvPool::CopyBlock(BlockId src, BlockId dst) {
 void KvPool::CopyTail(int32_t src, int32_t dst) {
   LOOM_CHECK(src >= 0 && src < shape_.num_tail_slots && dst >= 0 && dst < shape_.num_tail_slots,
              "tail copy ", src, " -> ", dst);
-  const int64_t slot_bytes =
-      int64_t{shape_.num_kv_heads} * shape_.block_size * shape_.head_dim * 2;
+  const int64_t slot_bytes = int64_t{shape_.num_kv_heads} * shape_.tail_blocks *
+                             shape_.block_size * shape_.head_dim * 2;
   for (int32_t layer = 0; layer < shape_.num_layers; ++layer) {
     const PagedKvView view = Layer(layer);
     for (void* base : {view.tail_k, view.tail_v}) {

@@ -5,7 +5,7 @@
 // block_size, head_dim] in the pool's dtype, the layers one after another (layer l's K, then its
 // V). Low-bit formats (kernels/common/kv_format.h) store packed head blocks instead, and after
 // all layers come the residual tails: per layer, K then V, bf16 [num_tail_slots, num_kv_heads,
-// block_size, head_dim], one slot per sequence the engine holds. Blocks are addressed by BlockId; which sequence owns a block is the scheduler's business,
+// tail_blocks * block_size, head_dim], one slot per sequence the engine holds. Blocks are addressed by BlockId; which sequence owns a block is the scheduler's business,
 // not the pool's. Host memory (an anonymous mapping) for a backend whose memory is host memory,
 // one allocation of the backend's device memory otherwise.
 // Thread safety: none; the engine loop owns the pool.
@@ -32,6 +32,9 @@ struct KvPoolShape {
   // (sequences) the pool holds.
   bool k_per_token = false;
   int32_t num_tail_slots = 0;
+  // Blocks in each tail's ring: the partial block plus tail_blocks - 1 newest full ones stay in
+  // bf16 for the sequence's own attention (kernels/common/kv_format.h).
+  int32_t tail_blocks = 1;
 
   // Bytes one block takes in one layer, K and V (scales and zeros included).
   int64_t KBlockBytes() const;

@@ -28,7 +28,8 @@ void AttentionBlock(Ops& ops, const ModelConfig& c, const DecoderLayerWeights& w
   write.num_tokens = tokens;
   write.slot_mapping = batch.slot_mapping;
   write.cache = cache;
-  write.batch = {batch.num_seqs, batch.query_start, batch.seq_lens, batch.tail_slots};
+  write.batch = {batch.num_seqs, batch.query_start, batch.seq_lens, batch.tail_slots,
+                 batch.tail_first_blocks};
   ops.WriteKv(write);
 
   PagedAttentionArgs attn;
@@ -44,6 +45,7 @@ void AttentionBlock(Ops& ops, const ModelConfig& c, const DecoderLayerWeights& w
   attn.block_tables = batch.block_tables;
   attn.max_blocks_per_seq = batch.max_blocks_per_seq;
   attn.tail_slots = batch.tail_slots;
+  attn.tail_first_blocks = batch.tail_first_blocks;
   // head_dim ** -0.5 as the reference computes it (in double, then used as an f32 scalar).
   attn.scale = static_cast<float>(std::pow(static_cast<double>(c.head_dim), -0.5));
   attn.sliding_window = c.layer_sliding_window[layer];

@@ -19,6 +19,7 @@ struct StepBatch {
   const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
   int32_t max_blocks_per_seq = 0;
   const int32_t* tail_slots = nullptr;    // [num_seqs] low-bit KV formats; -1 for padding
+  const int32_t* tail_first_blocks = nullptr;  // [num_seqs] low-bit KV formats
   // Host-side bounds of the sequences' query lengths (kernels size grids and skip work by them).
   int32_t min_query_len = 0;
   int32_t max_query_len = 0;

@@ -27,6 +27,10 @@ struct EngineConfig {
   bool kv_dtype_auto = false;
   // Low-bit formats: group K per token instead of per channel.
   bool kv_k_per_token = false;
+  // Low-bit formats: each sequence attends to at least its newest kv_residual_tokens tokens in
+  // bf16 (KIVI's full-precision window; the tail then holds 1 + ceil(kv_residual_tokens /
+  // block_size) blocks per sequence). 0 keeps only the partial last block in bf16.
+  int32_t kv_residual_tokens = 0;
   // Tokens per KV block.
   int32_t block_size = 16;
   // KV cache size: num_kv_blocks when > 0, else kv_cache_bytes.

@@ -45,6 +45,10 @@ absl::Status CheckEngineConfig(const EngineConfig& c) {
     return absl::InvalidArgumentError(
         "kv cache dtype must be auto, f32, bf16, f16, fp8-e4m3, int8, int4 or int2");
   }
+  if (c.kv_residual_tokens < 0 || c.kv_residual_tokens > 65536) {
+    return absl::InvalidArgumentError(
+        StrCat("kv_residual_tokens must be in [0, 65536], got ", c.kv_residual_tokens));
+  }
   if (c.max_num_batched_tokens < 1 || c.max_num_seqs < 1 || c.max_logit_rows < 1) {
     return absl::InvalidArgumentError(
         "max_num_batched_tokens, max_num_seqs and max_logit_rows must be positive");
@@ -202,7 +206,10 @@ absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(const Engin
   }
   shape.k_per_token = config.kv_k_per_token;
   // One residual tail per sequence the engine may hold (the scheduler's running set).
-  if (IsLowBitKvDType(shape.dtype)) shape.num_tail_slots = config.max_num_seqs;
+  if (IsLowBitKvDType(shape.dtype)) {
+    shape.num_tail_slots = config.max_num_seqs;
+    shape.tail_blocks = 1 + (config.kv_residual_tokens + config.block_size - 1) / config.block_size;
+  }
   LOOM_RETURN_IF_ERROR(ex->backend_->ops().CheckKvFormat(shape.Format(model_config.num_heads)));
   int64_t num_blocks = config.num_kv_blocks;
   int64_t kv_budget = config.kv_cache_bytes;

@@ -122,6 +122,7 @@ void LocalExecutor::AssignTailSlots(const StepPlan& plan) {
     while (used[next]) ++next;
     Sequence& seq = staged_[p.seq_id];
     seq.tail_slot = static_cast<int32_t>(next++);
+    seq.tail_first_block = p.num_computed_tokens / bs;
     if (p.num_computed_tokens % bs == 0) continue;
     // A partial block that a block copy gave this sequence: its rows are in the source's tail.
     const int32_t block = seq.block_table[p.num_computed_tokens / bs];
@@ -163,6 +164,7 @@ StepBatch LocalExecutor::BuildBatch(int32_t graph_batch) {
   slots_.clear();
   seq_lens_.clear();
   tail_slots_.clear();
+  tail_first_blocks_.clear();
   query_start_.assign(1, 0);
   int32_t max_blocks = 1;
   int32_t min_query = INT32_MAX, max_query = 0;
@@ -178,6 +180,7 @@ StepBatch LocalExecutor::BuildBatch(int32_t graph_batch) {
     query_start_.push_back(static_cast<int32_t>(token_ids_.size()));
     seq_lens_.push_back(end);
     tail_slots_.push_back(seq.tail_slot);
+    tail_first_blocks_.push_back(seq.tail_first_block);
     max_blocks = std::max(max_blocks, (end + block_size - 1) / block_size);
     min_query = std::min(min_query, e.num_scheduled);
     max_query = std::max(max_query, e.num_scheduled);
@@ -193,6 +196,7 @@ StepBatch LocalExecutor::BuildBatch(int32_t graph_batch) {
       query_start_.push_back(static_cast<int32_t>(token_ids_.size()));
       seq_lens_.push_back(1);
       tail_slots_.push_back(-1);
+      tail_first_blocks_.push_back(0);
     }
     max_blocks = inputs_.max_blocks_per_seq;
     min_query = max_query = 1;
@@ -231,6 +235,7 @@ StepBatch LocalExecutor::BuildBatch(int32_t graph_batch) {
   batch.block_tables = put(inputs_.block_tables, block_tables_);
   batch.max_blocks_per_seq = max_blocks;
   batch.tail_slots = put(inputs_.tail_slots, tail_slots_);
+  batch.tail_first_blocks = put(inputs_.tail_first_blocks, tail_first_blocks_);
   batch.min_query_len = min_query;
   batch.max_query_len = max_query;
   return batch;
@@ -257,6 +262,7 @@ absl::Status LocalExecutor::AllocateStepInputs(int32_t max_tokens, int32_t max_s
   in.seq_lens = take(int64_t{max_seqs} * 4);
   in.block_tables = take(int64_t{max_seqs} * max_blocks_per_seq * 4);
   in.tail_slots = take(int64_t{max_seqs} * 4);
+  in.tail_first_blocks = take(int64_t{max_seqs} * 4);
   LOOM_ASSIGN_OR_RETURN(device_inputs_, backend_->Allocate(offset));
   return absl::OkStatus();
 }

@@ -69,8 +69,10 @@ class LocalExecutor final : public Executor {
     std::vector<int32_t> block_table;
     int32_t num_computed_tokens = 0;
     SamplingParams sampling;
-    // Low-bit KV formats: the tail slot holding this sequence's partial last block; -1 otherwise.
+    // Low-bit KV formats: the sequence's residual tail slot (-1 otherwise), and the first block
+    // it computed itself (blocks before it came from the prefix cache and are never in its tail).
     int32_t tail_slot = -1;
+    int32_t tail_first_block = 0;
   };
   // One sequence's part of the step.
   struct Entry {
@@ -146,7 +148,7 @@ class LocalExecutor final : public Executor {
   std::vector<Entry> entries_;
   std::vector<LogitRequest> logit_requests_;
   std::vector<int32_t> token_ids_, positions_, slots_, query_start_, seq_lens_, block_tables_,
-      tail_slots_;
+      tail_slots_, tail_first_blocks_;
   std::vector<float> rope_cos_, rope_sin_;
   std::vector<float> host_logits_;
   std::vector<int32_t> logit_rows_;
@@ -154,7 +156,7 @@ class LocalExecutor final : public Executor {
   struct StepInputs {
     int32_t max_tokens = 0, max_seqs = 0, max_blocks_per_seq = 0;
     int64_t token_ids = 0, slots = 0, rope_cos = 0, rope_sin = 0, query_start = 0, seq_lens = 0,
-            block_tables = 0, tail_slots = 0;
+            block_tables = 0, tail_slots = 0, tail_first_blocks = 0;
   };
   StepInputs inputs_;
   DeviceBuffer device_inputs_;

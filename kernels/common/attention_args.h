@@ -8,9 +8,9 @@
 // at position seq_lens[s] - 1.
 //
 // Low-bit formats (kKvInt8/4/2) store each layer's blocks packed (kernels/common/kv_format.h)
-// plus a bf16 residual tail per sequence: sequence s's last, partially filled block is read from
-// tail slot tail_slots[s], every full block from its packed form. The write kernel packs a block
-// in the step that writes its last token.
+// plus a bf16 residual tail per sequence: sequence s reads its newest blocks (KvBlockInTail) from
+// tail slot tail_slots[s] and every other block from its packed form. The write kernel packs a
+// block in the step that writes its last token.
 #pragma once
 
 #include <cstdint>
@@ -29,20 +29,30 @@ struct PagedKvView {
   int32_t block_size = 0;
   int32_t head_dim = 0;
   // Low-bit formats only: K grouped per token instead of per channel, and the residual tails
-  // (bf16 [num_tail_slots, num_kv_heads, block_size, head_dim]).
+  // (bf16 [num_tail_slots, num_kv_heads, tail_blocks * block_size, head_dim]).
   bool k_per_token = false;
   void* tail_k = nullptr;
   void* tail_v = nullptr;
   int32_t num_tail_slots = 0;
+  int32_t tail_blocks = 1;  // blocks in each tail's ring (kernels/common/kv_format.h)
 
   bool low_bit() const { return IsLowBitKvDType(dtype); }
   KvPackedLayout packed() const {
     return {TraitsOf(dtype).kv_code_bits, block_size, head_dim, k_per_token};
   }
-  // Element formats: elements between consecutive blocks / heads / slots. Low-bit formats:
-  // the same strides index the tails.
+  // Element formats: elements between consecutive blocks / heads / slots.
   int64_t block_stride() const { return int64_t{num_kv_heads} * block_size * head_dim; }
   int64_t head_stride() const { return int64_t{block_size} * head_dim; }
+  // Low-bit formats: bf16 elements between consecutive tail slots / heads of a slot; row
+  // (b % tail_blocks) * block_size + p % block_size of a head holds position p of block b.
+  int64_t tail_slot_stride() const { return int64_t{num_kv_heads} * tail_head_stride(); }
+  int64_t tail_head_stride() const { return int64_t{tail_blocks} * block_size * head_dim; }
+  // The first element of position `pos` of (tail slot, kv head).
+  int64_t tail_index(int32_t slot, int32_t kv_head, int32_t pos) const {
+    const int32_t b = pos / block_size;
+    return int64_t{slot} * tail_slot_stride() + int64_t{kv_head} * tail_head_stride() +
+           (int64_t{b % tail_blocks} * block_size + pos % block_size) * head_dim;
+  }
   // Low-bit formats: the head block of (block, kv_head) in the K or V region.
   const uint8_t* k_head_block(int32_t block, int32_t kv_head) const {
     return static_cast<const uint8_t*>(k) +
@@ -62,6 +72,7 @@ struct KvFormatSpec {
   int32_t block_size = 0;
   int32_t num_heads = 0;
   int32_t num_kv_heads = 0;
+  int32_t tail_blocks = 1;  // low-bit formats: blocks in each residual tail's ring
 };
 
 // Where each sequence of a ragged batch is: the same arrays PagedAttentionArgs carries. The
@@ -71,6 +82,7 @@ struct KvBatchLayout {
   const int32_t* query_start = nullptr;  // [num_seqs + 1]
   const int32_t* seq_lens = nullptr;     // [num_seqs]
   const int32_t* tail_slots = nullptr;   // [num_seqs]; -1: a padding sequence, written nowhere
+  const int32_t* tail_first_blocks = nullptr;  // [num_seqs] (kv_format.h); null: all 0
 };
 
 // Writes K/V rows into the cache: row t goes to slot slot_mapping[t] = block * block_size + offset.
@@ -99,8 +111,11 @@ struct PagedAttentionArgs {
   const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
   int32_t max_blocks_per_seq = 0;
   // Low-bit formats: each sequence's tail slot ([num_seqs]); a sequence with none (-1, padding)
-  // reads its partial block from the packed pool instead.
+  // reads every block from the packed pool instead.
   const int32_t* tail_slots = nullptr;
+  // Low-bit formats: each sequence's first block it computed itself (kv_format.h KvBlockInTail);
+  // null: all 0.
+  const int32_t* tail_first_blocks = nullptr;
   float scale = 1.0f;  // multiplies q.k before the softmax
   // 0: full causal attention. w > 0: a query at position p sees keys at (p - w, p].
   int32_t sliding_window = 0;

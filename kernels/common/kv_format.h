@@ -20,11 +20,17 @@
 //   int2: byte j (0..7) holds elements j, j + 8, j + 16, j + 24 in bits 0-1, 2-3, 4-5, 6-7.
 // These orders let a SIMD kernel unpack a chunk with shifts and masks into element order.
 //
-// Residual tail: a sequence's last, partially filled block is not quantized. Its rows live in
-// the sequence's tail slot, bf16 [num_tail_slots][num_kv_heads][block_size][head_dim] per layer
-// for K and V, and the block is quantized (from the tail plus the new rows) in the step that
-// writes its last token. So a block is packed exactly when it is full, and only full blocks are
-// ever shared through the prefix cache.
+// Residual tail (KIVI's full-precision window): each sequence has a tail slot, a ring of
+// tail_blocks blocks of bf16 rows, bf16 [num_tail_slots][num_kv_heads][tail_blocks * block_size]
+// [head_dim] per layer for K and V; block b of the sequence sits in ring place b % tail_blocks.
+// A sequence of length L with F = L / block_size full blocks reads block b from its tail when
+//   b >= F - (tail_blocks - 1)  and  b >= tail_first_block
+// (KvBlockInTail): its partial last block and its newest tail_blocks - 1 full ones, except blocks
+// it did not compute itself (a prefix-cache hit: tail_first_block = the first block it computed).
+// Every other block is read packed. A block is packed in the step that writes its last token
+// (from the tail's rows and the new rows, all rounded to bf16), whatever the window, so only full,
+// packed blocks are ever shared through the prefix cache; the window only decides which copy the
+// owning sequence itself attends to. With tail_blocks = 1 the tail is exactly the partial block.
 #pragma once
 
 #include <cmath>
@@ -33,6 +39,13 @@
 #include "kernels/common/dtype.h"
 
 namespace loom {
+
+// Whether block `b` of a sequence of length `seq_len` is read from the sequence's tail (see the
+// file comment).
+inline bool KvBlockInTail(int32_t b, int32_t seq_len, int32_t block_size, int32_t tail_blocks,
+                          int32_t tail_first_block) {
+  return b >= tail_first_block && b >= seq_len / block_size - (tail_blocks - 1);
+}
 
 // Chunk of elements the code packing works in; head_dim must be a multiple of it.
 inline constexpr int32_t kKvPackChunk = 32;

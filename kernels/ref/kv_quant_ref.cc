@@ -54,7 +54,8 @@ float UnpackHeadBlockElement(const uint8_t* head_block, const KvPackedLayout& la
 }
 
 float LoadKvElement(const PagedKvView& cache, const int32_t* blocks, int32_t seq_len,
-                    int32_t tail_slot, bool is_v, int32_t pos, int32_t kv_head, int32_t d) {
+                    int32_t tail_slot, int32_t tail_first_block, bool is_v, int32_t pos,
+                    int32_t kv_head, int32_t d) {
   const int32_t b = pos / cache.block_size;
   const int32_t slot = pos % cache.block_size;
   if (!cache.low_bit()) {
@@ -63,11 +64,9 @@ float LoadKvElement(const PagedKvView& cache, const int32_t* blocks, int32_t seq
                           d;
     return LoadAsF32(is_v ? cache.v : cache.k, cache.dtype, static_cast<size_t>(index));
   }
-  const bool full = (b + 1) * cache.block_size <= seq_len;
-  if (!full && tail_slot >= 0) {
-    const int64_t index = int64_t{tail_slot} * cache.block_stride() +
-                          int64_t{kv_head} * cache.head_stride() + int64_t{slot} * cache.head_dim +
-                          d;
+  if (tail_slot >= 0 &&
+      KvBlockInTail(b, seq_len, cache.block_size, cache.tail_blocks, tail_first_block)) {
+    const int64_t index = cache.tail_index(tail_slot, kv_head, pos) + d;
     return Bf16ToF32(static_cast<const uint16_t*>(is_v ? cache.tail_v : cache.tail_k)[index]);
   }
   const uint8_t* head_block =
@@ -83,46 +82,43 @@ void WriteKvLowBit(const KvWriteArgs& args) {
   for (int32_t s = 0; s < args.batch.num_seqs; ++s) {
     const int32_t tail = args.batch.tail_slots[s];
     if (tail < 0) continue;
+    const int32_t tail_first =
+        args.batch.tail_first_blocks != nullptr ? args.batch.tail_first_blocks[s] : 0;
     const int32_t row_begin = args.batch.query_start[s];
     const int32_t row_end = args.batch.query_start[s + 1];
     const int32_t seq_len = args.batch.seq_lens[s];
     const int32_t first = seq_len - (row_end - row_begin);  // position of row_begin
-    for (int32_t b = first / bs; b * bs < seq_len; ++b) {
-      const int32_t start = b * bs;
-      for (int32_t h = 0; h < cache.num_kv_heads; ++h) {
-        for (int32_t is_v = 0; is_v < 2; ++is_v) {
-          const float* input = is_v ? args.v : args.k;
-          const int64_t stride = is_v ? args.v_stride : args.k_stride;
-          uint16_t* tail_rows = static_cast<uint16_t*>(is_v ? cache.tail_v : cache.tail_k) +
-                                int64_t{tail} * cache.block_stride() + int64_t{h} * cache.head_stride();
-          if (start + bs <= seq_len) {
-            // The block fills in this step: gather its rows (tail first) and pack it.
-            for (int32_t i = 0; i < bs; ++i) {
-              const int32_t pos = start + i;
-              float* row = rows.data() + int64_t{i} * head_dim;
-              for (int32_t d = 0; d < head_dim; ++d) {
-                // Rows are packed from their bf16 values wherever they come from, so a block
-                // packs the same whether it filled in one step or across several.
-                row[d] = Bf16ToF32(
-                    pos < first ? tail_rows[int64_t{i} * head_dim + d]
-                                : F32ToBf16(input[int64_t{row_begin + pos - first} * stride +
-                                                  int64_t{h} * head_dim + d]));
-              }
-            }
-            const int32_t last_row = row_begin + (start + bs - 1 - first);
-            const int32_t block = args.slot_mapping[last_row] / bs;
-            uint8_t* dst = const_cast<uint8_t*>(is_v ? cache.v_head_block(block, h)
-                                                     : cache.k_head_block(block, h));
-            PackHeadBlock(rows.data(), head_dim, layout, is_v != 0, dst);
-          } else {
-            // The last, partial block: its new rows go to the tail.
-            for (int32_t pos = std::max(first, start); pos < seq_len; ++pos) {
-              const float* src = input + int64_t{row_begin + pos - first} * stride + int64_t{h} * head_dim;
-              for (int32_t d = 0; d < head_dim; ++d) {
-                tail_rows[int64_t{pos - start} * head_dim + d] = F32ToBf16(src[d]);
-              }
+    for (int32_t h = 0; h < cache.num_kv_heads; ++h) {
+      for (int32_t is_v = 0; is_v < 2; ++is_v) {
+        const float* input = is_v ? args.v : args.k;
+        const int64_t stride = is_v ? args.v_stride : args.k_stride;
+        uint16_t* tail_rows = static_cast<uint16_t*>(is_v ? cache.tail_v : cache.tail_k);
+        auto input_row = [&](int32_t pos) {
+          return input + int64_t{row_begin + pos - first} * stride + int64_t{h} * head_dim;
+        };
+        // 1. Pack every block this step fills: its rows before `first` are in the tail (only the
+        // step's first block has such rows), the rest are new. Rows are packed from their bf16
+        // values wherever they come from, so a block packs the same whether it filled in one
+        // step or across several.
+        for (int32_t b = first / bs; (b + 1) * bs <= seq_len; ++b) {
+          for (int32_t i = 0; i < bs; ++i) {
+            const int32_t pos = b * bs + i;
+            float* row = rows.data() + int64_t{i} * head_dim;
+            for (int32_t d = 0; d < head_dim; ++d) {
+              row[d] = Bf16ToF32(pos < first ? tail_rows[cache.tail_index(tail, h, pos) + d]
+                                             : F32ToBf16(input_row(pos)[d]));
             }
           }
+          const int32_t block = args.slot_mapping[row_begin + (b * bs + bs - 1 - first)] / bs;
+          uint8_t* dst = const_cast<uint8_t*>(is_v ? cache.v_head_block(block, h)
+                                                   : cache.k_head_block(block, h));
+          PackHeadBlock(rows.data(), head_dim, layout, is_v != 0, dst);
+        }
+        // 2. The new rows of the blocks read from the tail from now on.
+        for (int32_t pos = first; pos < seq_len; ++pos) {
+          if (!KvBlockInTail(pos / bs, seq_len, bs, cache.tail_blocks, tail_first)) continue;
+          uint16_t* dst = tail_rows + cache.tail_index(tail, h, pos);
+          for (int32_t d = 0; d < head_dim; ++d) dst[d] = F32ToBf16(input_row(pos)[d]);
         }
       }
     }

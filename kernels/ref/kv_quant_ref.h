@@ -20,14 +20,16 @@ float UnpackHeadBlockElement(const uint8_t* head_block, const KvPackedLayout& la
                              int32_t slot, int32_t d);
 
 // Element d of K (or V) at position `pos` of one sequence, KV head `kv_head`, whatever the cache
-// format: `blocks` is the sequence's block table, `seq_len` its length this step and `tail_slot`
-// its tail (low-bit formats: the partial last block lives there unless tail_slot < 0).
+// format: `blocks` is the sequence's block table, `seq_len` its length this step, and
+// `tail_slot` / `tail_first_block` its tail (low-bit formats: the blocks KvBlockInTail names are
+// read there, unless tail_slot < 0).
 float LoadKvElement(const PagedKvView& cache, const int32_t* blocks, int32_t seq_len,
-                    int32_t tail_slot, bool is_v, int32_t pos, int32_t kv_head, int32_t d);
+                    int32_t tail_slot, int32_t tail_first_block, bool is_v, int32_t pos,
+                    int32_t kv_head, int32_t d);
 
 // The low-bit cache write (see KvWriteArgs, KvBatchLayout): per sequence, every block this step
-// completes is packed from the tail's rows and the new rows; the new rows of a block left
-// partial go to the tail.
+// completes is packed from the tail's rows and the new rows; then the new rows of the blocks the
+// sequence will read from its tail (KvBlockInTail at the new length) go to the tail.
 void WriteKvLowBit(const KvWriteArgs& args);
 
 }  // namespace loom::ref

@@ -106,8 +106,9 @@ void PagedAttention(const PagedAttentionArgs& args) {
     const int32_t seq_len = args.seq_lens[s];
     const int32_t* blocks = args.block_tables + int64_t{s} * args.max_blocks_per_seq;
     const int32_t tail = args.tail_slots != nullptr ? args.tail_slots[s] : -1;
+    const int32_t tail_first = args.tail_first_blocks != nullptr ? args.tail_first_blocks[s] : 0;
     auto load = [&](bool is_v, int32_t pos, int32_t kv_head, int32_t d) {
-      return LoadKvElement(cache, blocks, seq_len, tail, is_v, pos, kv_head, d);
+      return LoadKvElement(cache, blocks, seq_len, tail, tail_first, is_v, pos, kv_head, d);
     };
     for (int32_t t = q_begin; t < q_end; ++t) {
       const int32_t pos = seq_len - (q_end - t);
