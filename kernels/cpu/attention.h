@@ -8,6 +8,11 @@
 // element, and the softmax is the online (flash) form, so nothing of size sequence length is
 // materialised. Threads take items from a shared counter (causal tiles differ in cost).
 // Bytes moved per item: its sequence's visible K/V blocks once.
+//
+// Sequences with a single query row (decode) go to the decode path instead
+// (kernels/cpu/attention_decode.h), which reads K/V in their stored format without the f32
+// block copy, whenever it serves the shape (head_dim a multiple of 32, at most 512); both kinds
+// of item share one call, one counter and the pool's threads.
 #pragma once
 
 #include <cstddef>
@@ -18,7 +23,9 @@
 
 namespace loom::cpu {
 
-// Bytes of scratch PagedAttention needs for these arguments on `num_threads` threads.
+// Bytes of scratch PagedAttention needs for these arguments on `num_threads` threads. It depends
+// on the batch (query rows and sequence lengths decide the items and split-KV partials): size it
+// per call, with the thread count of the pool that runs it.
 size_t PagedAttentionWorkspaceBytes(const PagedAttentionArgs& args, int num_threads);
 
 // `workspace` must hold PagedAttentionWorkspaceBytes(args, pool.num_threads()) bytes, aligned

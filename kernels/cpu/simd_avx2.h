@@ -22,6 +22,35 @@ inline Vec LoadBf16(const uint16_t* p) {
 inline Vec LoadF16(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
+// KV-cache code loaders (kernels/common/kv_format.h), kLanes elements as f32.
+// Bytes p[0..8) as unsigned integers.
+inline Vec LoadU8(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(
+      _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+// (p[i] >> shift) & 15 for i in [0, 8): one half (shift 0 or 4) of 8 int4 bytes.
+inline Vec LoadU4(const uint8_t* p, int shift) {
+  const __m256i bytes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_cvtepi32_ps(_mm256_and_si256(
+      _mm256_srlv_epi32(bytes, _mm256_set1_epi32(shift)), _mm256_set1_epi32(15)));
+}
+// (p[i] >> shift) & 3 for i in [0, 8): one of the four 2-bit planes of 8 int2 bytes.
+inline Vec LoadU2(const uint8_t* p, int shift) {
+  const __m256i bytes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_cvtepi32_ps(_mm256_and_si256(
+      _mm256_srlv_epi32(bytes, _mm256_set1_epi32(shift)), _mm256_set1_epi32(3)));
+}
+// OCP FP8 E4M3 bytes p[0..8) as f32, exact: the 7 magnitude bits placed under the f32 exponent
+// field and scaled by 2^120 (which also makes the subnormals exact); 0x7f/0xff give NaN.
+inline Vec LoadFp8(const uint8_t* p) {
+  const __m256i bytes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  const __m256i magnitude = _mm256_and_si256(bytes, _mm256_set1_epi32(0x7f));
+  Vec value = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(magnitude, 20)),
+                            _mm256_set1_ps(0x1p120f));
+  const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(bytes, _mm256_set1_epi32(0x80)), 24);
+  const __m256i nan = _mm256_cmpeq_epi32(magnitude, _mm256_set1_epi32(0x7f));
+  return _mm256_or_ps(value, _mm256_castsi256_ps(_mm256_or_si256(sign, nan)));
+}
 inline Vec Add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
 inline Vec Sub(Vec a, Vec b) { return _mm256_sub_ps(a, b); }
 inline Vec Mul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }

@@ -23,6 +23,41 @@ inline Vec LoadBf16(const uint16_t* p) {
 inline Vec LoadF16(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
+// KV-cache code loaders (kernels/common/kv_format.h), kLanes elements as f32.
+// Bytes p[0..16) as unsigned integers.
+inline Vec LoadU8(const uint8_t* p) {
+  return _mm512_cvtepi32_ps(
+      _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+// (p[i] >> shift) & 15 for i in [0, 16): one half (shift 0 or 4) of 16 int4 bytes.
+inline Vec LoadU4(const uint8_t* p, int shift) {
+  const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm512_cvtepi32_ps(_mm512_and_si512(
+      _mm512_srlv_epi32(bytes, _mm512_set1_epi32(shift)), _mm512_set1_epi32(15)));
+}
+// Two 2-bit planes of 8 int2 bytes: lanes [0, 8) are (p[i] >> shift) & 3, lanes [8, 16) are
+// (p[i - 8] >> (shift + 2)) & 3 (shift 0 or 4).
+inline Vec LoadU2(const uint8_t* p, int shift) {
+  const __m128i half = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  const __m512i bytes = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(half, half));
+  const __m512i shifts = _mm512_add_epi32(
+      _mm512_set1_epi32(shift),
+      _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0));
+  return _mm512_cvtepi32_ps(
+      _mm512_and_si512(_mm512_srlv_epi32(bytes, shifts), _mm512_set1_epi32(3)));
+}
+// OCP FP8 E4M3 bytes p[0..16) as f32, exact (the method of simd_avx2::LoadFp8).
+inline Vec LoadFp8(const uint8_t* p) {
+  const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m512i magnitude = _mm512_and_si512(bytes, _mm512_set1_epi32(0x7f));
+  const Vec value = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(magnitude, 20)),
+                                  _mm512_set1_ps(0x1p120f));
+  const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(bytes, _mm512_set1_epi32(0x80)), 24);
+  const __mmask16 nan = _mm512_cmpeq_epi32_mask(magnitude, _mm512_set1_epi32(0x7f));
+  const __m512i bits = _mm512_mask_mov_epi32(
+      _mm512_or_si512(_mm512_castps_si512(value), sign), nan, _mm512_set1_epi32(-1));
+  return _mm512_castsi512_ps(bits);
+}
 inline Vec Add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
 inline Vec Sub(Vec a, Vec b) { return _mm512_sub_ps(a, b); }
 inline Vec Mul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }

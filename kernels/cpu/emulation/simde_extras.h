@@ -17,6 +17,7 @@
 //   _mm512_cvtph_ps          16 IEEE halves -> f32 (exact; a signalling NaN comes back quiet)
 //   _mm512_cvtepu16_epi32    16 u16 -> u32, zero-extended
 //   _mm512_cvtepi8_epi32     16 i8 -> i32, sign-extended
+//   _mm512_cvtepu8_epi32     16 u8 -> u32, zero-extended
 //   _mm512_cvtepi32_ps       16 i32 -> f32, rounded to nearest even (exact below 2^24)
 //   _mm512_maskz_loadu_ps    16 f32 lanes, disabled lanes zero and not read
 //   _mm256_maskz_loadu_epi16 16 u16 lanes, disabled lanes zero and not read
@@ -73,6 +74,14 @@ inline simde__m512i Mm512Cvtepi8Epi32(simde__m128i a) {
   const simde__m128i_private bytes = simde__m128i_to_private(a);
   simde__m512i_private r;
   for (int i = 0; i < 16; ++i) r.i32[i] = bytes.i8[i];
+  return simde__m512i_from_private(r);
+}
+
+// vpmovzxbd zmm, xmm.
+inline simde__m512i Mm512Cvtepu8Epi32(simde__m128i a) {
+  const simde__m128i_private bytes = simde__m128i_to_private(a);
+  simde__m512i_private r;
+  for (int i = 0; i < 16; ++i) r.i32[i] = bytes.u8[i];
   return simde__m512i_from_private(r);
 }
 
@@ -141,6 +150,8 @@ inline float Mm512ReduceMaxPs(simde__m512 a) {
 #define _mm512_cvtepu16_epi32(a) ::loom::cpu::isa_emulation::Mm512Cvtepu16Epi32(a)
 #undef _mm512_cvtepi8_epi32
 #define _mm512_cvtepi8_epi32(a) ::loom::cpu::isa_emulation::Mm512Cvtepi8Epi32(a)
+#undef _mm512_cvtepu8_epi32
+#define _mm512_cvtepu8_epi32(a) ::loom::cpu::isa_emulation::Mm512Cvtepu8Epi32(a)
 #undef _mm512_cvtepi32_ps
 #define _mm512_cvtepi32_ps(a) ::loom::cpu::isa_emulation::Mm512Cvtepi32Ps(a)
 #undef _mm512_maskz_loadu_ps

@@ -1,0 +1,256 @@
+// CPU decode attention over every KV cache format against the memory roofline (Google Benchmark).
+//
+//   BM_Roofline        DRAM read bandwidth (bench/common/memory_bandwidth.h: 1-8 streams per
+//                      thread, best of 5) with 1 and 2 threads, measured first in the same run
+//   BM_DecodeAttention one decode step's attention for one layer: `batch` sequences of `context`
+//                      keys each, one query row per sequence, through cpu::PagedAttention (the
+//                      decode path of kernels/cpu/attention_decode.h). Shapes: SmolLM2-like (9
+//                      query heads over 3 KV heads, head_dim 64) and Llama-like (32 over 8, 128).
+//
+// Counters: "bytes" read per call (K and V of every key once: codes, scales, zeros; element
+// formats their elements), "GB/s" = bytes / time per call, "roof" = GB/s over the roofline with
+// the same thread count, "vs_bf16" = bf16's time per call over this format's for the same shape,
+// context, batch and threads (bf16 is registered first so it has run by then).
+//
+// The cache holds random bytes in 0x30..0x3f: valid, normal values in every format (bf16, f16,
+// fp8, and codes with small f16 scales/zeros), because speed does not depend on the values. Small
+// configurations cycle through as many copies of the layer as make 256 MiB, so the caches cannot
+// serve them; block tables are shuffled, as a long-running pool's are. Block size 64 (a low-bit
+// format's K group); sequence lengths are whole blocks, so no residual tail is read.
+// JSON output (--benchmark_format=json) carries the CPU and the commit in its context.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "bench/common/memory_bandwidth.h"
+#include "kernels/common/attention_args.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace loom::cpu {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int32_t kBlockSize = 64;
+constexpr int64_t kMinSweepBytes = int64_t{256} << 20;
+
+struct Shape {
+  const char* name;
+  int32_t num_heads, num_kv_heads, head_dim;
+};
+constexpr Shape kShapes[] = {{"smollm2", 9, 3, 64}, {"llama", 32, 8, 128}};
+
+struct Format {
+  const char* name;
+  DType dtype;
+  bool k_per_token;
+};
+// bf16 first: the speedups are relative to it.
+constexpr Format kFormats[] = {{"bf16", DType::kBF16, false},      {"fp8", DType::kF8E4M3, false},
+                               {"int8", DType::kKvInt8, false},    {"int4", DType::kKvInt4, false},
+                               {"int2", DType::kKvInt2, false},    {"int4-ktok", DType::kKvInt4, true}};
+
+ThreadPool& Pool(int num_threads) {
+  static ThreadPool* pools[3] = {nullptr, new ThreadPool(1), new ThreadPool(2)};
+  return *pools[num_threads];
+}
+
+// The measured read roofline per thread count (filled by BM_Roofline, which runs first).
+double g_roof_gb_per_s[3] = {};
+// bf16 time per call by (shape, context, batch, threads).
+std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, double> g_bf16_seconds;
+
+void BM_Roofline(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  bench::BandwidthResult result;
+  for (auto _ : state) result = bench::MeasureReadBandwidth(Pool(threads), int64_t{1} << 30, 5);
+  g_roof_gb_per_s[threads] = result.best_gb_per_s;
+  state.counters["GB/s"] = result.best_gb_per_s;
+  state.SetLabel("threads=" + std::to_string(threads) +
+                 " streams=" + std::to_string(result.best_streams_per_thread));
+}
+BENCHMARK(BM_Roofline)->Arg(1)->Arg(2)->Iterations(1)->UseRealTime()->Unit(benchmark::kSecond);
+
+// One buffer, grown on demand and filled once, that every configuration's layers live in.
+class Arena {
+ public:
+  uint8_t* Get(int64_t bytes) {
+    if (bytes > bytes_) {
+      std::free(data_);
+      bytes_ = (bytes + 63) / 64 * 64;
+      data_ = static_cast<uint8_t*>(std::aligned_alloc(64, bytes_));
+      std::minstd_rand rng(11);
+      for (int64_t i = 0; i < bytes_; i += 4) {
+        const uint32_t r = static_cast<uint32_t>(rng());
+        // Four bytes in 0x30..0x3f.
+        const uint32_t word = 0x30303030u | (r & 0x0f0f0f0fu);
+        std::memcpy(data_ + i, &word, 4);
+      }
+    }
+    return data_;
+  }
+
+ private:
+  uint8_t* data_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
+Arena& TheArena() {
+  static Arena* arena = new Arena;
+  return *arena;
+}
+
+// Bytes of one (block, KV head) of K, and of V.
+int64_t HeadBlockBytes(const Shape& shape, const Format& format, bool is_v) {
+  if (IsLowBitKvDType(format.dtype)) {
+    const KvPackedLayout layout{TraitsOf(format.dtype).kv_code_bits, kBlockSize, shape.head_dim,
+                                format.k_per_token};
+    return is_v ? layout.v_head_bytes() : layout.k_head_bytes();
+  }
+  return int64_t{kBlockSize} * shape.head_dim * static_cast<int64_t>(DTypeSize(format.dtype));
+}
+
+std::string CommandOutput(const std::string& command) {
+  std::string out;
+  if (FILE* pipe = popen(command.c_str(), "r")) {
+    char buffer[256];
+    while (fgets(buffer, sizeof(buffer), pipe) != nullptr) out += buffer;
+    pclose(pipe);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+
+// Args: shape, context, batch, threads, format.
+void BM_DecodeAttention(benchmark::State& state) {
+  const Shape& shape = kShapes[state.range(0)];
+  const int32_t context = static_cast<int32_t>(state.range(1));
+  const int32_t batch = static_cast<int32_t>(state.range(2));
+  const int threads = static_cast<int>(state.range(3));
+  const Format& format = kFormats[state.range(4)];
+
+  const int32_t blocks_per_seq = context / kBlockSize;
+  const int32_t blocks_per_layer = blocks_per_seq * batch;
+  const int64_t k_region_bytes =
+      int64_t{blocks_per_layer} * shape.num_kv_heads * HeadBlockBytes(shape, format, false);
+  const int64_t layer_bytes =
+      k_region_bytes +
+      int64_t{blocks_per_layer} * shape.num_kv_heads * HeadBlockBytes(shape, format, true);
+  const int32_t num_layers =
+      static_cast<int32_t>(std::max<int64_t>(1, (kMinSweepBytes + layer_bytes - 1) / layer_bytes));
+  uint8_t* arena = TheArena().Get(layer_bytes * num_layers);
+
+  std::mt19937 rng(3);
+  std::vector<int32_t> tables(static_cast<size_t>(blocks_per_layer));
+  for (int32_t b = 0; b < blocks_per_layer; ++b) tables[b] = b;
+  std::shuffle(tables.begin(), tables.end(), rng);
+  std::vector<int32_t> query_start(batch + 1), seq_lens(batch, context), tail_slots(batch);
+  for (int32_t s = 0; s <= batch; ++s) query_start[s] = s;
+  for (int32_t s = 0; s < batch; ++s) tail_slots[s] = s;
+  std::vector<uint16_t> tails(size_t(batch) * shape.num_kv_heads * kBlockSize * shape.head_dim,
+                              0x3c00);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const int64_t q_stride = int64_t{shape.num_heads} * shape.head_dim;
+  std::vector<float> q(size_t(batch) * q_stride), out(q.size());
+  for (float& x : q) x = dist(rng);
+
+  PagedAttentionArgs args;
+  args.q = q.data();
+  args.q_stride = q_stride;
+  args.out = out.data();
+  args.out_stride = q_stride;
+  args.num_heads = shape.num_heads;
+  args.cache.dtype = format.dtype;
+  args.cache.num_blocks = blocks_per_layer;
+  args.cache.num_kv_heads = shape.num_kv_heads;
+  args.cache.block_size = kBlockSize;
+  args.cache.head_dim = shape.head_dim;
+  args.cache.k_per_token = format.k_per_token;
+  args.cache.tail_k = tails.data();
+  args.cache.tail_v = tails.data();
+  args.cache.num_tail_slots = batch;
+  args.num_seqs = batch;
+  args.query_start = query_start.data();
+  args.seq_lens = seq_lens.data();
+  args.block_tables = tables.data();
+  args.max_blocks_per_seq = blocks_per_seq;
+  args.tail_slots = tail_slots.data();
+  args.scale = 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
+  args.num_tokens = batch;
+  args.min_query_len = 1;
+  args.max_query_len = 1;
+  // K region then V region of each layer (element formats: the same block-major layout).
+  auto point_at_layer = [&](int32_t layer) {
+    args.cache.k = arena + int64_t{layer} * layer_bytes;
+    args.cache.v = arena + int64_t{layer} * layer_bytes + k_region_bytes;
+  };
+
+  ThreadPool& pool = Pool(threads);
+  const size_t workspace_bytes = PagedAttentionWorkspaceBytes(args, threads);
+  uint8_t* workspace_data =
+      static_cast<uint8_t*>(std::aligned_alloc(64, (workspace_bytes + 63) / 64 * 64 + 64));
+  std::unique_ptr<uint8_t, decltype(&std::free)> workspace(workspace_data, &std::free);
+  int32_t layer = 0;
+  point_at_layer(0);
+  PagedAttention(pool, args, workspace.get());  // warm-up: page faults, thread start
+  const auto begin = Clock::now();
+  for (auto _ : state) {
+    layer = (layer + 1) % num_layers;
+    point_at_layer(layer);
+    PagedAttention(pool, args, workspace.get());
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - begin).count() /
+                         static_cast<double>(state.iterations());
+  const double gb_per_s = static_cast<double>(layer_bytes) / seconds / 1e9;
+  state.counters["bytes"] = static_cast<double>(layer_bytes);
+  state.counters["GB/s"] = gb_per_s;
+  if (g_roof_gb_per_s[threads] > 0) state.counters["roof"] = gb_per_s / g_roof_gb_per_s[threads];
+  const auto key = std::make_tuple(state.range(0), state.range(1), state.range(2), state.range(3));
+  if (format.dtype == DType::kBF16 && !format.k_per_token) g_bf16_seconds[key] = seconds;
+  if (auto it = g_bf16_seconds.find(key); it != g_bf16_seconds.end()) {
+    state.counters["vs_bf16"] = it->second / seconds;
+  }
+  state.SetLabel(std::string(shape.name) + " " + format.name + " ctx=" + std::to_string(context) +
+                 " batch=" + std::to_string(batch) + " threads=" + std::to_string(threads) +
+                 " layers=" + std::to_string(num_layers));
+}
+BENCHMARK(BM_DecodeAttention)
+    ->ArgsProduct({{0, 1}, {1024, 2048, 4096, 8192, 16384, 32768}, {1, 8}, {1, 2},
+                   {0, 1, 2, 3, 4, 5}})
+    ->UseRealTime()
+    ->MinTime(0.2)
+    ->Unit(benchmark::kMillisecond);
+// 128K context, one sequence (the Llama shape's bf16 layer is 512 MiB).
+BENCHMARK(BM_DecodeAttention)
+    ->ArgsProduct({{0, 1}, {131072}, {1}, {1, 2}, {0, 1, 2, 3, 4, 5}})
+    ->UseRealTime()
+    ->MinTime(0.2)
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace loom::cpu
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  benchmark::AddCustomContext("cpu", loom::cpu::DescribeCpu());
+  benchmark::AddCustomContext(
+      "commit", loom::cpu::CommandOutput(std::string("git -C ") + LOOM_SOURCE_DIR +
+                                         " rev-parse --short HEAD 2>/dev/null"));
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
