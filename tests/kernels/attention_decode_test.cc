@@ -28,6 +28,9 @@ struct DecodeCase {
   Tails tails;
   std::vector<int32_t> seq_lens;
   std::vector<int32_t> query_lens;  // empty: one row per sequence (all decode)
+  // Low-bit formats: blocks in each tail's ring; with more than one, odd sequences also start
+  // their tail at block 1 (as after a one-block prefix-cache hit).
+  int32_t tail_blocks = 1;
 };
 
 struct Param {
@@ -58,7 +61,7 @@ float MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b) {
 struct TestCache {
   std::vector<uint8_t> k, v;
   std::vector<uint16_t> tail_k, tail_v;
-  std::vector<int32_t> tables, tail_slots;
+  std::vector<int32_t> tables, tail_slots, tail_first_blocks;
   int32_t max_blocks = 0;
   PagedKvView view;
 };
@@ -92,7 +95,8 @@ TestCache BuildCache(const Param& p, std::mt19937& rng) {
     const KvPackedLayout layout = view.packed();
     t.k.assign(size_t(total_blocks) * c.num_kv_heads * layout.k_head_bytes(), 0);
     t.v.assign(size_t(total_blocks) * c.num_kv_heads * layout.v_head_bytes(), 0);
-    t.tail_k.assign(size_t(num_seqs) * view.block_stride(), 0);
+    view.tail_blocks = c.tail_blocks;
+    t.tail_k.assign(size_t(num_seqs) * view.tail_slot_stride(), 0);
     t.tail_v.assign(t.tail_k.size(), 0);
     view.tail_k = t.tail_k.data();
     view.tail_v = t.tail_v.data();
@@ -104,7 +108,11 @@ TestCache BuildCache(const Param& p, std::mt19937& rng) {
   view.k = t.k.data();
   view.v = t.v.data();
   // Tail slots in reverse order, so slot != sequence index.
-  for (int32_t s = 0; s < num_seqs; ++s) t.tail_slots.push_back(num_seqs - 1 - s);
+  for (int32_t s = 0; s < num_seqs; ++s) {
+    t.tail_slots.push_back(num_seqs - 1 - s);
+    const bool skip_first = c.tail_blocks > 1 && s % 2 == 1;
+    t.tail_first_blocks.push_back(skip_first ? std::min(1, c.seq_lens[s] / c.block_size) : 0);
+  }
 
   // Every position of every sequence written in one prefill-like write.
   const int32_t kv_dim = c.num_kv_heads * c.head_dim;
@@ -120,7 +128,8 @@ TestCache BuildCache(const Param& p, std::mt19937& rng) {
   const auto v_rows = RandomFloats(slots.size() * kv_dim, rng);
   KvWriteArgs write{k_rows.data(), v_rows.data(), kv_dim, kv_dim, int32_t(slots.size()),
                     slots.data(), view, {}};
-  write.batch = {num_seqs, query_start.data(), c.seq_lens.data(), t.tail_slots.data()};
+  write.batch = {num_seqs, query_start.data(), c.seq_lens.data(), t.tail_slots.data(),
+                 t.tail_first_blocks.data()};
   ref::WriteKv(write);
 
   if (view.low_bit() && c.tails != Tails::kAll) {
@@ -181,6 +190,7 @@ TEST_P(DecodeAttentionTest, MatchesReference) {
   args.block_tables = cache.tables.data();
   args.max_blocks_per_seq = cache.max_blocks;
   args.tail_slots = cache.view.low_bit() ? cache.tail_slots.data() : nullptr;
+  args.tail_first_blocks = cache.view.low_bit() ? cache.tail_first_blocks.data() : nullptr;
   args.scale = 1.0f / std::sqrt(float(c.head_dim));
   args.sliding_window = c.sliding_window;
   const int64_t out_stride = int64_t{c.num_heads} * c.head_dim + 3;
@@ -220,6 +230,9 @@ const DecodeCase kCases[] = {
     {6, 2, 64, 32, 7, Tails::kAll, {50, 2500}, {}},
     // Decode and prefill rows in one batch: only the single-row sequences take the decode path.
     {6, 2, 64, 16, 0, Tails::kAll, {40, 20, 33, 17}, {1, 5, 1, 17}},
+    // A residual window of three blocks (the partial one and two full ones, bf16), some
+    // sequences' windows starting after a prefix hit; a split sequence.
+    {9, 3, 64, 16, 0, Tails::kAll, {5, 16, 40, 47, 2100}, {}, 3},
 };
 
 constexpr DType kFormats[] = {DType::kF32,    DType::kBF16,   DType::kF16,   DType::kF8E4M3,
@@ -257,6 +270,7 @@ std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
   name += dtype;
   if (IsLowBitKvDType(p.dtype)) name += p.k_per_token ? "_ktok" : "_kchan";
   name += c.tails == Tails::kAll ? "_tails" : c.tails == Tails::kNone ? "_notails" : "_sometails";
+  if (c.tail_blocks > 1) name += "_ring" + std::to_string(c.tail_blocks);
   for (size_t s = 0; s < c.seq_lens.size(); ++s) {
     name += "_";
     name += std::to_string(c.seq_lens[s]);
