@@ -125,11 +125,13 @@ __device__ __forceinline__ void LoadRowChunk(const KvRowRef& row, int c, bool va
       for (int k = 0; k < 16; ++k) scale[k] = s | (s << 16), zero[k] = z | (z << 16);
     } else {
       const uint4* s = reinterpret_cast<const uint4*>(row.scales + c * kKvPackChunk);
-      const uint4* z = reinterpret_cast<const uint4*>(row.scales + row.num_params + c * kKvPackChunk);
+      const uint4* z =
+          reinterpret_cast<const uint4*>(row.scales + row.num_params + c * kKvPackChunk);
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
         const uint4 sv = s[u], zv = z[u];
-        scale[4 * u] = sv.x, scale[4 * u + 1] = sv.y, scale[4 * u + 2] = sv.z, scale[4 * u + 3] = sv.w;
+        scale[4 * u] = sv.x, scale[4 * u + 1] = sv.y;
+        scale[4 * u + 2] = sv.z, scale[4 * u + 3] = sv.w;
         zero[4 * u] = zv.x, zero[4 * u + 1] = zv.y, zero[4 * u + 2] = zv.z, zero[4 * u + 3] = zv.w;
       }
     }

@@ -62,7 +62,9 @@ __device__ __forceinline__ float Fp8ToF32Device(uint8_t code) {
   return __half2float(__ushort_as_half(static_cast<unsigned short>(h2 & 0xffffu)));
 }
 
-__device__ __forceinline__ float Bf16BitsToF32(uint32_t bits) { return __uint_as_float(bits << 16); }
+__device__ __forceinline__ float Bf16BitsToF32(uint32_t bits) {
+  return __uint_as_float(bits << 16);
+}
 __device__ __forceinline__ float HalfBitsToF32(uint32_t bits) {
   return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
 }

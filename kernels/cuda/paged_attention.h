@@ -29,8 +29,8 @@
 // summation (a few ulp of the output scale).
 //
 // Plain C++ header: the launcher takes device pointers (q, out, cache.k/v, query_start,
-// seq_lens, block_tables; for low-bit formats cache.tail_k/tail_v and tail_slots) and a stream, queues the kernel and returns the launch error; it never
-// allocates or synchronises.
+// seq_lens, block_tables; for low-bit formats cache.tail_k/tail_v and tail_slots) and a stream,
+// queues the kernel and returns the launch error; it never allocates or synchronises.
 #pragma once
 
 #include <cstdint>
