@@ -1,5 +1,5 @@
 // Parity of the CUDA KV-cache write with kernels/ref: every byte of both caches must match (the
-// f32 -> bf16/f16 rounding is round-to-nearest-even on both sides), including the slots no token
+// f32 -> bf16/f16/fp8 rounding is round-to-nearest-even on both sides; fp8 saturates), including the slots no token
 // writes, which must keep their previous contents. Covers odd head sizes, block sizes of 1 and
 // non-powers of two, skipped rows (negative slots, slots past the cache), padded and misaligned
 // K/V rows, and more tokens than the launch has blocks.
@@ -91,7 +91,7 @@ class CudaKvWriteTest : public gpu_test::GpuTest {};
 
 TEST_F(CudaKvWriteTest, MatchesReference) {
   std::mt19937 rng(41);
-  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3}) {
     for (int32_t kv_heads : {1, 2, 8}) {
       for (int32_t head_dim : {1, 3, 8, 64, 128}) {
         for (int32_t block_size : {1, 5, 16}) {

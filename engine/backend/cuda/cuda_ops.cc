@@ -12,6 +12,7 @@
 #include "kernels/cuda/activation.h"
 #include "kernels/cuda/convert.h"
 #include "kernels/cuda/decode_attention.h"
+#include "kernels/cuda/decode_attention_kv.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/kv_write.h"
 #include "kernels/cuda/paged_attention.h"
@@ -83,6 +84,23 @@ absl::Status CudaOps::Reserve(const OpsLimits& limits) {
   LOOM_CUBLAS_RETURN_IF_ERROR(
       cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes));
   reserved_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status CudaOps::CheckKvFormat(const KvFormatSpec& format) const {
+  if (absl::Status layout = CheckKvLayout(format); !layout.ok()) return layout;
+  PagedKvView cache;
+  cache.dtype = format.dtype;
+  cache.num_kv_heads = format.num_kv_heads;
+  cache.block_size = format.block_size;
+  cache.head_dim = format.head_dim;
+  cache.k_per_token = format.k_per_token;
+  const bool heads_ok = format.num_kv_heads >= 1 && format.num_heads >= 1 &&
+                        format.num_heads % format.num_kv_heads == 0;
+  const bool write_ok = !cache.low_bit() || cuda::WriteKvLowBitSupports(cache);
+  if (!heads_ok || !write_ok || !cuda::PagedAttentionSupports(cache)) {
+    return UnsupportedKvFormat(format, "cuda");
+  }
   return absl::OkStatus();
 }
 
@@ -212,14 +230,20 @@ void CudaOps::WriteKv(const KvWriteArgs& args) {
   LOOM_CUDA_RECORD(cuda::WriteKv(args, stream_));
 }
 
-// Decode rows (one query row per sequence) go to the split-KV kernel, longer query runs to the
-// tiled prefill kernel; each skips the other's sequences. Shapes either does not serve (an f32
-// cache, an unusual head size) take the simple kernel for every row.
+// Decode rows (one query row per sequence) go to a split-KV kernel (DecodeAttention for bf16 and
+// f16 caches, DecodeAttentionKv for fp8 and the low-bit formats), longer query runs to the tiled
+// prefill kernel (bf16, f16) or the simple kernel (fp8, low-bit: every format through one load
+// function); each skips the other's sequences. Shapes no fast kernel serves (an f32 cache, an
+// unusual head size or GQA group) take the simple kernel for every row.
 void CudaOps::PagedAttention(const PagedAttentionArgs& args) {
   LOOM_CHECK(args.num_tokens > 0, "PagedAttention needs the host's num_tokens");
   const int32_t min_q = args.min_query_len;
   const int32_t max_q = args.max_query_len > 0 ? args.max_query_len : args.num_tokens;
-  if (!cuda::DecodeAttentionSupports(args) || !cuda::PrefillAttentionSupports(args)) {
+  const bool compressed = !IsFloatDType(args.cache.dtype);
+  const bool fast = compressed ? cuda::DecodeAttentionKvSupports(args)
+                               : cuda::DecodeAttentionSupports(args) &&
+                                     cuda::PrefillAttentionSupports(args);
+  if (!fast) {
     LOOM_CUDA_RECORD(cuda::PagedAttention(args, args.num_tokens, stream_));
     return;
   }
@@ -228,11 +252,21 @@ void CudaOps::PagedAttention(const PagedAttentionArgs& args) {
     LOOM_CHECK(args.num_seqs <= std::max(limits_.max_num_seqs, limits_.max_num_tokens) &&
                    max_seq_len <= std::max(limits_.max_seq_len, args.cache.block_size),
                "attention beyond the reserved workspace");
-    LOOM_CUDA_RECORD(cuda::DecodeAttention(args, max_seq_len, attention_workspace_,
-                                           attention_workspace_bytes_, stream_));
+    if (compressed) {
+      LOOM_CUDA_RECORD(cuda::DecodeAttentionKv(args, max_seq_len, attention_workspace_,
+                                               attention_workspace_bytes_, stream_));
+    } else {
+      LOOM_CUDA_RECORD(cuda::DecodeAttention(args, max_seq_len, attention_workspace_,
+                                             attention_workspace_bytes_, stream_));
+    }
   }
   if (max_q >= 2) {
-    LOOM_CUDA_RECORD(cuda::PrefillAttention(args, max_q, stream_));
+    if (compressed) {
+      LOOM_CUDA_RECORD(cuda::PagedAttention(args, args.num_tokens, stream_,
+                                            cuda::PagedAttentionRows::kSkipDecode));
+    } else {
+      LOOM_CUDA_RECORD(cuda::PrefillAttention(args, max_q, stream_));
+    }
   }
 }
 

@@ -28,6 +28,7 @@
 #include <cuda_runtime_api.h>
 
 #include "absl/status/status.h"
+#include "engine/backend/kv_format_check.h"
 #include "engine/backend/ops.h"
 
 namespace loom {
@@ -58,6 +59,12 @@ class CudaOps final : public Ops {
   bool SupportsWeightFormat(DType dtype) const override {
     return IsFloatDType(dtype) || IsQuantizedDType(dtype);
   }
+  // The KV formats whose write and attention kernels exist (kernels/cuda/kv_write.h,
+  // paged_attention.h, decode_attention*.h): f32, bf16 and f16 with head_dim in [1, 256]; fp8
+  // E4M3 likewise; int8, int4 and int2 (K per channel or per token) with head_dim a multiple of
+  // 32 up to 256 and block_size 16, 32, 64 or 128. Any GQA group: groups above
+  // cuda::kDecodeAttentionMaxGroup, or head_dim not 64/128/256, run on the simple paged kernel.
+  absl::Status CheckKvFormat(const KvFormatSpec& format) const override;
   void Embedding(const int32_t* token_ids, int32_t num_tokens, const WeightView& table,
                  float* out) override;
   void RmsNorm(const float* x, int64_t x_stride, int32_t num_rows, int32_t dim,
