@@ -85,7 +85,8 @@ int MakeModel(const std::vector<std::string>& args) {
 
 struct RunSettings {
   std::string model, kv_dtype = "bf16", kv_k_granularity = "channel", out, threads = "2", batches = "1", backend = "cpu";
-  int64_t prompt_len = 128, gen_len = 32, block_size = 16, repeat = 2, max_batched_tokens = 2048;
+  int64_t prompt_len = 128, gen_len = 32, block_size = 0, repeat = 2, max_batched_tokens = 2048;
+  int64_t kv_residual_tokens = 0;
   bool fast_bf16 = false;
   std::string quant_activations = "f32";  // or "int8"
   // The prefill FLOP ceiling the fraction is taken of (TFLOP/s; 0 = not reported).
@@ -128,6 +129,7 @@ nlohmann::json RunOne(const RunSettings& s, int threads, int batch, double bandw
   }
   config.max_num_seqs = std::max(batch, 1);
   config.kv_cache_bytes = int64_t{2} << 30;
+  config.kv_residual_tokens = static_cast<int32_t>(s.kv_residual_tokens);
   config.fast_bf16_matmul = s.fast_bf16;
   config.int8_activations = s.quant_activations == "int8";
   config.max_num_batched_tokens = static_cast<int32_t>(s.max_batched_tokens);
@@ -136,6 +138,7 @@ nlohmann::json RunOne(const RunSettings& s, int threads, int batch, double bandw
   auto executor = LocalExecutor::Create(config);
   if (!executor.ok()) return {{"error", std::string(executor.status().message())}};
   const ModelInfo& info = (*executor)->model_info();
+  const KvCapacity& cap = (*executor)->capacity();
   std::vector<OfflineRequest> requests(batch);
   for (int b = 0; b < batch; ++b) {
     for (int64_t i = 0; i < s.prompt_len; ++i) {
@@ -190,7 +193,15 @@ nlohmann::json RunOne(const RunSettings& s, int threads, int batch, double bandw
           {"decode_bytes_per_step", decode_bytes},
           {"decode_effective_gb_per_s", effective_gbps},
           {"decode_roofline_tokens_per_s", roofline_tps},
-          {"decode_fraction_of_roofline", roofline_tps > 0 ? decode_tps / roofline_tps : 0}};
+          {"decode_fraction_of_roofline", roofline_tps > 0 ? decode_tps / roofline_tps : 0},
+          // The KV cache format: what one token takes, how many tokens a GiB holds, and the
+          // bf16 residual tail each sequence holds besides (low-bit formats).
+          {"kv_cache_dtype", std::string(DTypeName(cap.kv_dtype))},
+          {"kv_block_size", cap.block_size},
+          {"kv_bytes_per_token", static_cast<double>(cap.bytes_per_block) / cap.block_size},
+          {"kv_tokens_per_gib",
+           static_cast<double>(int64_t{1} << 30) * cap.block_size / cap.bytes_per_block},
+          {"kv_tail_bytes_per_seq", cap.tail_bytes / std::max(cap.max_num_seqs, 1)}};
 }
 
 int Run(const std::vector<std::string>& args) {
@@ -203,7 +214,8 @@ int Run(const std::vector<std::string>& args) {
   flags.Int("gen-len", &s.gen_len, "generated tokens per sequence");
   flags.String("kv-cache-dtype", &s.kv_dtype, "auto, bf16, f16, f32, fp8-e4m3, int8, int4 or int2");
   flags.String("kv-k-granularity", &s.kv_k_granularity, "low-bit KV: channel or token");
-  flags.Int("block-size", &s.block_size, "tokens per KV block");
+  flags.Int("kv-residual-tokens", &s.kv_residual_tokens, "low-bit KV: newest tokens kept in bf16");
+  flags.Int("block-size", &s.block_size, "tokens per KV block (0 = 16, or 64 for low-bit KV)");
   flags.Int("repeat", &s.repeat, "runs per setting; the best is reported");
   flags.Bool("fast-bf16-matmul", &s.fast_bf16, "single-bf16 prefill activations");
   flags.String("quant-activations", &s.quant_activations,
@@ -234,6 +246,7 @@ int Run(const std::vector<std::string>& args) {
       // The folder's name only: results are committed and must not name a path of the machine.
       {"settings", {{"model", std::string(BaseName(s.model))}, {"kv_dtype", s.kv_dtype},
                     {"kv_k_granularity", s.kv_k_granularity},
+                    {"kv_residual_tokens", s.kv_residual_tokens},
                     {"block_size", s.block_size}, {"backend", s.backend},
                     {"max_batched_tokens", s.max_batched_tokens}, {"peak_tflops", s.peak_tflops},
                     {"repeat", s.repeat}, {"fast_bf16_matmul", s.fast_bf16},

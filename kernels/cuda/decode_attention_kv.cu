@@ -152,7 +152,8 @@ __device__ __forceinline__ void LoadRowChunk(const KvRowRef& row, int c, bool va
 // Fills this warp's K and V tiles with the 16 keys of `chunk` (see the file comment).
 template <typename T, int D, int kBits>
 __device__ __forceinline__ void FillTiles(const KvDecodeParams& p, const int32_t* table,
-                                          int seq_len, int tail_slot, int kv_head, int key_lo,
+                                          int seq_len, int tail_slot, int tail_first,
+                                          int kv_head, int key_lo,
                                           int key_hi, int chunk, T* k_tile, T* v_tile) {
   using Cfg = Config<D>;
   const int lane = threadIdx.x % 32;
@@ -167,8 +168,8 @@ __device__ __forceinline__ void FillTiles(const KvDecodeParams& p, const int32_t
     for (int is_v = 0; is_v < 2; ++is_v) {
       KvRowRef row{};
       if (valid) {
-        row = internal::KvRowOf(p.args.cache, p.geo, table, seq_len, tail_slot, is_v != 0, key,
-                                kv_head);
+        row = internal::KvRowOf(p.args.cache, p.geo, table, seq_len, tail_slot, tail_first,
+                                is_v != 0, key, kv_head);
       }
       uint32_t w[16];
       LoadRowChunk<T, kBits>(row, c, valid, w);
@@ -214,6 +215,7 @@ __global__ void __launch_bounds__(kThreads) DecodeKvSplitKernel(const KvDecodePa
       split_hi - split_lo > warp ? (split_hi - split_lo - warp + kWarps - 1) / kWarps : 0;
   const int32_t* table = args.block_tables + int64_t{seq} * args.max_blocks_per_seq;
   const int tail_slot = args.tail_slots != nullptr ? args.tail_slots[seq] : -1;
+  const int tail_first = args.tail_first_blocks != nullptr ? args.tail_first_blocks[seq] : 0;
 
   T* q_smem = reinterpret_cast<T*>(smem);
   T* k_tile = q_smem + Cfg::kQElems + warp * Cfg::kWarpElems;
@@ -256,7 +258,7 @@ __global__ void __launch_bounds__(kThreads) DecodeKvSplitKernel(const KvDecodePa
   for (int i = 0; i < num_mine; ++i) {
     const int chunk = split_lo + warp + kWarps * i;
     __syncwarp();  // every lane is done reading the previous chunk's tiles
-    FillTiles<T, D, kBits>(p, table, seq_len, tail_slot, kv_head, key_lo, key_hi, chunk, k_tile,
+    FillTiles<T, D, kBits>(p, table, seq_len, tail_slot, tail_first, kv_head, key_lo, key_hi, chunk, k_tile,
                            v_tile);
     __syncwarp();  // the tiles are written for every lane
 

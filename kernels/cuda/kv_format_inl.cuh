@@ -149,11 +149,13 @@ struct KvRowRef {
 };
 
 // The row of position `pos` (block table `blocks`, sequence length `seq_len`, tail slot
-// `tail_slot`; a full block, or any block of a sequence without a tail, is read packed).
+// `tail_slot` and first tail block `tail_first_block`): the blocks KvBlockInTail names are read
+// from the tail's ring (kernels/common/kv_format.h), every other one, and any block of a sequence
+// without a tail, packed.
 __device__ __forceinline__ KvRowRef KvRowOf(const PagedKvView& cache, const KvGeometry& g,
                                             const int32_t* blocks, int32_t seq_len,
-                                            int32_t tail_slot, bool is_v, int32_t pos,
-                                            int32_t kv_head) {
+                                            int32_t tail_slot, int32_t tail_first_block,
+                                            bool is_v, int32_t pos, int32_t kv_head) {
   const int32_t b = pos / g.block_size;
   const int32_t slot = pos - b * g.block_size;
   KvRowRef r{};
@@ -165,10 +167,12 @@ __device__ __forceinline__ KvRowRef KvRowOf(const PagedKvView& cache, const KvGe
     r.row = static_cast<const uint8_t*>(is_v ? cache.v : cache.k) + index * elem;
     return r;
   }
-  const bool full = (b + 1) * g.block_size <= seq_len;
-  if (!full && tail_slot >= 0) {
-    const int64_t index = int64_t{tail_slot} * g.block_stride + kv_head * g.head_stride +
-                          int64_t{slot} * g.head_dim;
+  const int32_t ring = cache.tail_blocks;
+  if (tail_slot >= 0 && b >= tail_first_block && b >= seq_len / g.block_size - (ring - 1)) {
+    // Tail slot stride ring * block_stride, head stride ring * head_stride, then the ring row.
+    const int64_t index = int64_t{tail_slot} * ring * g.block_stride +
+                          int64_t{kv_head} * ring * g.head_stride +
+                          (int64_t{b % ring} * g.block_size + slot) * g.head_dim;
     r.kind = KvRowRef::kTail;
     r.row = static_cast<const uint8_t*>(is_v ? cache.tail_v : cache.tail_k) + index * 2;
     return r;

@@ -203,8 +203,13 @@ __global__ void __launch_bounds__(kPackThreads) WriteKvLowBitKernel(const KvWrit
   const float* input = is_v ? a.v : a.k;
   const int64_t stride = is_v ? a.v_stride : a.k_stride;
   const int64_t head_offset = int64_t{h} * hd;
+  // This (tail slot, head)'s ring of tail_blocks blocks; position pos is ring row
+  // (pos / bs % ring) * bs + pos % bs (kernels/common/kv_format.h).
+  const int ring = cache.tail_blocks;
+  const int tail_first =
+      a.batch.tail_first_blocks != nullptr ? a.batch.tail_first_blocks[s] : 0;
   uint16_t* tail_rows = static_cast<uint16_t*>(is_v ? cache.tail_v : cache.tail_k) +
-                        int64_t{tail} * g.block_stride + h * g.head_stride;
+                        int64_t{tail} * ring * g.block_stride + int64_t{h} * ring * g.head_stride;
   const bool per_token = is_v || g.k_per_token;
   const int64_t head_bytes = is_v ? g.v_head_bytes : g.k_head_bytes;
   uint8_t* region = static_cast<uint8_t*>(is_v ? cache.v : cache.k);
@@ -219,7 +224,7 @@ __global__ void __launch_bounds__(kPackThreads) WriteKvLowBitKernel(const KvWrit
       const int r = i / hd, d = i - r * hd;
       const int pos = start + r;
       rows[i] = pos < first
-                    ? tail_rows[int64_t{r} * hd + d]
+                    ? tail_rows[(int64_t{b % ring} * bs + r) * hd + d]
                     : internal::Bits16<__nv_bfloat16>(
                           input[int64_t{row_begin + pos - first} * stride + head_offset + d]);
     }
@@ -228,17 +233,19 @@ __global__ void __launch_bounds__(kPackThreads) WriteKvLowBitKernel(const KvWrit
     PackHeadBlock<kBits>(rows, g, per_token, dst, param_zero, param_inv);
   }
 
-  // The last, partial block: its new rows go to the tail, after the first block (packed above by
-  // this same CTA) has read the tail rows these replace.
-  if (blockIdx.y != 0 || seq_len % bs == 0) return;
+  // The new rows of the blocks read from the tail from now on (KvBlockInTail at the new
+  // length), after the step's first block (packed above by this same CTA) has read the tail rows
+  // these may replace.
+  if (blockIdx.y != 0) return;
   __syncthreads();
-  const int start = full_end * bs;
-  const int from = max(first, start);
+  const int window_start = max(tail_first, full_end - (ring - 1)) * bs;
+  const int from = max(first, window_start);
   for (int i = threadIdx.x; i < (seq_len - from) * hd; i += kPackThreads) {
     const int r = i / hd, d = i - r * hd;
     const int pos = from + r;
-    tail_rows[int64_t{pos - start} * hd + d] = internal::Bits16<__nv_bfloat16>(
-        input[int64_t{row_begin + pos - first} * stride + head_offset + d]);
+    tail_rows[(int64_t{pos / bs % ring} * bs + pos % bs) * hd + d] =
+        internal::Bits16<__nv_bfloat16>(
+            input[int64_t{row_begin + pos - first} * stride + head_offset + d]);
   }
 }
 

@@ -55,11 +55,12 @@ struct ElementRows {
 };
 
 // Row access of fp8 and the low-bit formats: a full block's row dequantized from its packed form,
-// a partial block's from the sequence's tail (kv_format_inl.cuh; the rules of ref::LoadKvElement).
+// the newest blocks' from the sequence's tail (kv_format_inl.cuh; the rules of
+// ref::LoadKvElement).
 struct AnyFormatRows {
   PagedKvView cache;
   internal::KvGeometry geo;
-  int32_t seq_len, tail_slot;
+  int32_t seq_len, tail_slot, tail_first_block;
 
   struct Row {
     internal::KvRowRef ref;
@@ -70,7 +71,8 @@ struct AnyFormatRows {
     }
   };
   __device__ __forceinline__ Row At(const int32_t* blocks, int kv_head, int pos, bool is_v) const {
-    return {internal::KvRowOf(cache, geo, blocks, seq_len, tail_slot, is_v, pos, kv_head),
+    return {internal::KvRowOf(cache, geo, blocks, seq_len, tail_slot, tail_first_block, is_v, pos,
+                              kv_head),
             cache.dtype, geo.bits};
   }
 };
@@ -179,7 +181,8 @@ __global__ void __launch_bounds__(kThreads)
   const int s = RowSequence(args, skip_decode);
   if (s < 0) return;
   const int32_t tail_slot = args.tail_slots != nullptr ? args.tail_slots[s] : -1;
-  const AnyFormatRows rows{args.cache, geo, args.seq_lens[s], tail_slot};
+  const int32_t tail_first = args.tail_first_blocks != nullptr ? args.tail_first_blocks[s] : 0;
+  const AnyFormatRows rows{args.cache, geo, args.seq_lens[s], tail_slot, tail_first};
   AttendRow(args, rows, blockIdx.x, blockIdx.y, s,
             args.block_tables + static_cast<int64_t>(s) * args.max_blocks_per_seq);
 }

@@ -27,7 +27,7 @@ struct GenerateFlags {
   std::string backend = "cpu";
   std::string kv_dtype = "bf16", kv_k_granularity = "channel";
   std::string quant_activations = "f32";
-  int32_t max_tokens = 32, threads = 0, block_size = 0;
+  int32_t max_tokens = 32, threads = 0, block_size = 0, kv_residual_tokens = 0;
   int32_t max_batch_tokens = 2048, prefill_chunk = 0, batch = 1, top_k = 0, logprobs = -1;
   int64_t kv_cache_mb = 1024, seed = 0;
   double temperature = 0, top_p = 1, min_p = 0, repetition_penalty = 1;
@@ -59,6 +59,8 @@ void Declare(FlagSet& f, GenerateFlags& g) {
   f.String("kv-cache-dtype", &g.kv_dtype,
            "KV cache format: auto, bf16, f16, f32, fp8-e4m3, int8, int4 or int2");
   f.String("kv-k-granularity", &g.kv_k_granularity, "low-bit KV: K per channel or per token");
+  f.Int32("kv-residual-tokens", &g.kv_residual_tokens,
+          "low-bit KV: newest tokens each sequence keeps in bf16");
   f.Int32("block-size", &g.block_size, "tokens per KV block (0 = 16, or 64 for low-bit KV)");
   f.Int("kv-cache-mb", &g.kv_cache_mb, "KV cache size in MiB");
   f.Int32("max-batch-tokens", &g.max_batch_tokens, "most tokens computed in one step");
@@ -83,6 +85,7 @@ absl::StatusOr<EngineConfig> MakeEngineConfig(const GenerateFlags& g) {
     return absl::InvalidArgumentError(StrCat("--kv-cache-mb: ", g.kv_cache_mb, " is out of range"));
   }
   config.num_threads = g.threads;
+  config.kv_residual_tokens = g.kv_residual_tokens;
   config.kv_cache_bytes = g.kv_cache_mb << 20;
   config.max_num_batched_tokens = g.max_batch_tokens;
   config.fast_bf16_matmul = g.fast_bf16_matmul;

@@ -79,6 +79,9 @@ const std::vector<Key>& Keys() {
        &C::kv_cache_dtype, {}, {"auto", "bf16", "f16", "f32", "fp8-e4m3", "int8", "int4", "int2"}},
       {"kv_k_granularity", "", "low-bit KV: K quantized per channel (over a block) or per token",
        &C::kv_k_granularity, {}, {"channel", "token"}},
+      {"kv_residual_tokens", "tokens",
+       "low-bit KV: each sequence attends to at least its newest this many tokens in bf16",
+       &C::kv_residual_tokens, {0, 65536}},
       {"quantized_activations", "",
        "CPU decode with GGUF-quantized weights: activations as f32 (exact) or int8 (faster, "
        "~0.5-0.8 % relative error)",

@@ -53,12 +53,14 @@ struct Shape {
   DType dtype;
   bool k_per_token;
   int32_t head_dim, block_size, num_heads, num_kv_heads;
+  int32_t tail_blocks = 1;  // blocks in each residual tail's ring
 };
 
 std::string Describe(const Shape& s) {
   return std::string(DTypeName(s.dtype)) + (s.k_per_token ? " K/token" : " K/channel") +
          " head_dim=" + std::to_string(s.head_dim) + " block=" + std::to_string(s.block_size) +
-         " heads=" + std::to_string(s.num_heads) + "/" + std::to_string(s.num_kv_heads);
+         " heads=" + std::to_string(s.num_heads) + "/" + std::to_string(s.num_kv_heads) +
+         " ring=" + std::to_string(s.tail_blocks);
 }
 
 // A host cache of one layer: K/V regions (packed head blocks, or fp8 elements) and the tails.
@@ -78,6 +80,7 @@ HostCache MakeCache(const Shape& s, int32_t num_blocks, int32_t num_tail_slots, 
   c.view.head_dim = s.head_dim;
   c.view.k_per_token = s.k_per_token;
   c.view.num_tail_slots = num_tail_slots;
+  c.view.tail_blocks = s.tail_blocks;
   size_t k_bytes, v_bytes;
   if (c.view.low_bit()) {
     const KvPackedLayout layout = c.view.packed();
@@ -86,7 +89,7 @@ HostCache MakeCache(const Shape& s, int32_t num_blocks, int32_t num_tail_slots, 
   } else {
     k_bytes = v_bytes = size_t(num_blocks) * c.view.block_stride() * DTypeSize(s.dtype);
   }
-  const size_t tail_elems = size_t(num_tail_slots) * c.view.block_stride();
+  const size_t tail_elems = size_t(num_tail_slots) * c.view.tail_slot_stride();
   c.k.assign(k_bytes, 0);
   c.v.assign(v_bytes, 0);
   c.tail_k.assign(tail_elems, 0);
@@ -300,9 +303,9 @@ void CheckAttention(const Shape& shape, std::mt19937& rng,
       std::vector<float> rows(size_t(shape.block_size) * shape.head_dim, 0.0f);
       for (int32_t h = 0; h < shape.num_kv_heads; ++h) {
         for (int32_t is_v = 0; is_v < 2; ++is_v) {
-          const uint16_t* tail = (is_v ? host.tail_v : host.tail_k).data() +
-                                 tail_slots[s] * host.view.block_stride() +
-                                 h * host.view.head_stride();
+          const uint16_t* tail =
+              (is_v ? host.tail_v : host.tail_k).data() +
+              host.view.tail_index(tail_slots[s], h, seq_lens[s] / shape.block_size * shape.block_size);
           for (int32_t i = 0; i < seq_lens[s] % shape.block_size * shape.head_dim; ++i) {
             rows[i] = Bf16ToF32(tail[i]);
           }
@@ -419,6 +422,9 @@ TEST_F(CudaKvLowBitTest, WriteMatchesReferenceByteForByte) {
   }
   CheckWrite({DType::kKvInt4, false, 32, 16, 1, 1}, rng);    // smallest layout
   CheckWrite({DType::kKvInt2, true, 256, 128, 8, 1}, rng);   // 64 KiB of rows in shared memory
+  // Residual windows: rings of 2 and 3 blocks.
+  CheckWrite({DType::kKvInt4, false, 64, 32, 4, 2, 2}, rng);
+  CheckWrite({DType::kKvInt2, false, 128, 16, 4, 2, 3}, rng);
 }
 
 TEST_F(CudaKvLowBitTest, AttentionMatchesReference) {
@@ -434,6 +440,9 @@ TEST_F(CudaKvLowBitTest, AttentionMatchesReference) {
       }
     }
   }
+  // Residual windows: the newest blocks read from rings of 2 and 3 blocks.
+  CheckAttention({DType::kKvInt4, false, 64, 32, 8, 2, 2}, rng);
+  CheckAttention({DType::kKvInt2, true, 128, 16, 4, 2, 3}, rng);
 }
 
 TEST_F(CudaKvLowBitTest, Fp8AttentionMatchesReference) {
