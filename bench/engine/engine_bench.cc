@@ -87,6 +87,7 @@ struct RunSettings {
   std::string model, kv_dtype = "bf16", kv_k_granularity = "channel", out, threads = "2", batches = "1", backend = "cpu";
   int64_t prompt_len = 128, gen_len = 32, block_size = 0, repeat = 2, max_batched_tokens = 2048;
   int64_t kv_residual_tokens = 0;
+  bool kv_hadamard = true;
   bool fast_bf16 = false;
   std::string quant_activations = "f32";  // or "int8"
   // The prefill FLOP ceiling the fraction is taken of (TFLOP/s; 0 = not reported).
@@ -130,6 +131,7 @@ nlohmann::json RunOne(const RunSettings& s, int threads, int batch, double bandw
   config.max_num_seqs = std::max(batch, 1);
   config.kv_cache_bytes = int64_t{2} << 30;
   config.kv_residual_tokens = static_cast<int32_t>(s.kv_residual_tokens);
+  config.kv_hadamard = s.kv_hadamard;
   config.fast_bf16_matmul = s.fast_bf16;
   config.int8_activations = s.quant_activations == "int8";
   config.max_num_batched_tokens = static_cast<int32_t>(s.max_batched_tokens);
@@ -215,7 +217,8 @@ int Run(const std::vector<std::string>& args) {
   flags.String("kv-cache-dtype", &s.kv_dtype, "auto, bf16, f16, f32, fp8-e4m3, int8, int4 or int2");
   flags.String("kv-k-granularity", &s.kv_k_granularity, "low-bit KV: channel or token");
   flags.Int("kv-residual-tokens", &s.kv_residual_tokens, "low-bit KV: newest tokens kept in bf16");
-  flags.Int("block-size", &s.block_size, "tokens per KV block (0 = 16, or 64 for low-bit KV)");
+  flags.Bool("kv-hadamard", &s.kv_hadamard, "low-bit KV: store K/V Hadamard-rotated");
+  flags.Int("block-size", &s.block_size, "tokens per KV block (0 = 16, or 32 for low-bit KV)");
   flags.Int("repeat", &s.repeat, "runs per setting; the best is reported");
   flags.Bool("fast-bf16-matmul", &s.fast_bf16, "single-bf16 prefill activations");
   flags.String("quant-activations", &s.quant_activations,
@@ -247,6 +250,7 @@ int Run(const std::vector<std::string>& args) {
       {"settings", {{"model", std::string(BaseName(s.model))}, {"kv_dtype", s.kv_dtype},
                     {"kv_k_granularity", s.kv_k_granularity},
                     {"kv_residual_tokens", s.kv_residual_tokens},
+                    {"kv_hadamard", s.kv_hadamard},
                     {"block_size", s.block_size}, {"backend", s.backend},
                     {"max_batched_tokens", s.max_batched_tokens}, {"peak_tflops", s.peak_tflops},
                     {"repeat", s.repeat}, {"fast_bf16_matmul", s.fast_bf16},

@@ -75,6 +75,10 @@ void CpuOps::Rope(float* x, int64_t x_stride, int32_t num_tokens, int32_t num_he
   cpu::Rope(pool_, x, x_stride, num_tokens, num_heads, head_dim, head_dim, cos, sin);
 }
 
+void CpuOps::HadamardRotate(float* x, int64_t num_rows, int32_t dim) {
+  cpu::HadamardRotate(pool_, x, num_rows, dim);
+}
+
 void CpuOps::SiluMul(const float* gate, const float* up, int32_t num_rows, int32_t dim,
                      float* out) {
   cpu::SiluMul(pool_, gate, dim, up, dim, num_rows, dim, out, dim);

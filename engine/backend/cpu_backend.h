@@ -27,6 +27,7 @@ class CpuOps final : public Ops {
   }
   void Embedding(const int32_t* token_ids, int32_t num_tokens, const WeightView& table,
                  float* out) override;
+  void HadamardRotate(float* x, int64_t num_rows, int32_t dim) override;
   void RmsNorm(const float* x, int64_t x_stride, int32_t num_rows, int32_t dim,
                const WeightView& weight, float eps, float* out, int64_t out_stride) override;
   void AddRmsNorm(float* residual, const float* delta, int32_t num_rows, int32_t dim,

@@ -8,7 +8,8 @@ std::string KvFormatName(const KvFormatSpec& format) {
   if (!IsLowBitKvDType(format.dtype)) return std::string(DTypeName(format.dtype));
   return StrCat(DTypeName(format.dtype), " (K per ", format.k_per_token ? "token" : "channel",
                 ", V per token, group ", format.block_size, ", bf16 residual of ",
-                format.tail_blocks - 1, "-", format.tail_blocks, " blocks)");
+                format.tail_blocks - 1, "-", format.tail_blocks, " blocks",
+                format.hadamard ? ", Hadamard-rotated" : "", ")");
 }
 
 absl::Status UnsupportedKvFormat(const KvFormatSpec& format, std::string_view backend) {
@@ -22,6 +23,11 @@ absl::Status CheckKvLayout(const KvFormatSpec& format) {
   if (!IsKvCacheDType(format.dtype)) {
     return absl::InvalidArgumentError(
         StrCat(DTypeName(format.dtype), " is not a KV cache format"));
+  }
+  if (format.hadamard && (format.head_dim <= 0 || (format.head_dim & (format.head_dim - 1)) != 0)) {
+    return absl::InvalidArgumentError(StrCat("the Hadamard rotation of the KV cache needs a "
+                                             "head_dim that is a power of two; this model's is ",
+                                             format.head_dim));
   }
   if (!IsLowBitKvDType(format.dtype)) return absl::OkStatus();
   if (format.head_dim % kKvPackChunk != 0 || format.head_dim > 512) {

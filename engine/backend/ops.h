@@ -103,6 +103,10 @@ class Ops {
   virtual void SiluMul(const float* gate, const float* up, int32_t num_rows, int32_t dim,
                        float* out) = 0;
 
+  // In place on `num_rows` contiguous rows of `dim` floats, dim a power of two:
+  // x <- H x / sqrt(dim) (kernels/ref/ops_ref.h HadamardRotate).
+  virtual void HadamardRotate(float* x, int64_t num_rows, int32_t dim) = 0;
+
   virtual void WriteKv(const KvWriteArgs& args) = 0;
   virtual void PagedAttention(const PagedAttentionArgs& args) = 0;
 };

@@ -43,7 +43,8 @@ double KvPoolShape::BytesPerToken() const {
 }
 
 KvFormatSpec KvPoolShape::Format(int32_t num_heads) const {
-  return {dtype, k_per_token, head_dim, block_size, num_heads, num_kv_heads, tail_blocks};
+  return {dtype, k_per_token, head_dim, block_size, num_heads, num_kv_heads, tail_blocks,
+          hadamard};
 }
 
 absl::StatusOr<std::unique_ptr<KvPool>> KvPool::Create(const KvPoolShape& shape,
@@ -115,6 +116,7 @@ PagedKvView KvPool::Layer(int32_t layer) const {
   view.block_size = shape_.block_size;
   view.head_dim = shape_.head_dim;
   view.k_per_token = shape_.k_per_token;
+  view.hadamard = shape_.hadamard;
   if (IsLowBitKvDType(shape_.dtype)) {
     const int64_t tail_bytes = shape_.TailBytes() / (2 * shape_.num_layers);
     char* tails = static_cast<char*>(memory_) + shape_.BytesPerBlock() * num_blocks_ +

@@ -35,6 +35,8 @@ struct KvPoolShape {
   // Blocks in each tail's ring: the partial block plus tail_blocks - 1 newest full ones stay in
   // bf16 for the sequence's own attention (kernels/common/kv_format.h).
   int32_t tail_blocks = 1;
+  // K and V stored Hadamard-rotated over head_dim (PagedKvView::hadamard).
+  bool hadamard = false;
 
   // Bytes one block takes in one layer, K and V (scales and zeros included).
   int64_t KBlockBytes() const;

@@ -19,6 +19,13 @@ void AttentionBlock(Ops& ops, const ModelConfig& c, const DecoderLayerWeights& w
   }
   ops.Rope(s.q, c.q_dim(), tokens, c.num_heads, c.head_dim, batch.rope_cos, batch.rope_sin);
   ops.Rope(s.k, c.kv_dim(), tokens, c.num_kv_heads, c.head_dim, batch.rope_cos, batch.rope_sin);
+  if (cache.hadamard) {
+    // The cache holds K and V in the rotated basis: q . k is unchanged, and the output is
+    // rotated back below.
+    ops.HadamardRotate(s.q, int64_t{tokens} * c.num_heads, c.head_dim);
+    ops.HadamardRotate(s.k, int64_t{tokens} * c.num_kv_heads, c.head_dim);
+    ops.HadamardRotate(s.v, int64_t{tokens} * c.num_kv_heads, c.head_dim);
+  }
 
   KvWriteArgs write;
   write.k = s.k;
@@ -53,6 +60,7 @@ void AttentionBlock(Ops& ops, const ModelConfig& c, const DecoderLayerWeights& w
   attn.min_query_len = batch.min_query_len;
   attn.max_query_len = batch.max_query_len;
   ops.PagedAttention(attn);
+  if (cache.hadamard) ops.HadamardRotate(s.attn, int64_t{tokens} * c.num_heads, c.head_dim);
 
   const LinearOutput o[] = {{&w.o_proj, delta, c.hidden_size}};
   ops.Linear(s.attn, c.q_dim(), tokens, o);

@@ -209,6 +209,8 @@ absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(const Engin
   if (IsLowBitKvDType(shape.dtype)) {
     shape.num_tail_slots = config.max_num_seqs;
     shape.tail_blocks = 1 + (config.kv_residual_tokens + config.block_size - 1) / config.block_size;
+    const int32_t hd = model_config.head_dim;
+    shape.hadamard = config.kv_hadamard && hd > 0 && (hd & (hd - 1)) == 0;
   }
   LOOM_RETURN_IF_ERROR(ex->backend_->ops().CheckKvFormat(shape.Format(model_config.num_heads)));
   int64_t num_blocks = config.num_kv_blocks;

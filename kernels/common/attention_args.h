@@ -35,6 +35,10 @@ struct PagedKvView {
   void* tail_v = nullptr;
   int32_t num_tail_slots = 0;
   int32_t tail_blocks = 1;  // blocks in each tail's ring (kernels/common/kv_format.h)
+  // K and V are stored rotated by the normalized Hadamard transform over head_dim (the layer
+  // rotates q, k and v before the cache write and attention, and the attention output back;
+  // ref::HadamardRotate). The kernels need not know: q . k and the output are unchanged.
+  bool hadamard = false;
 
   bool low_bit() const { return IsLowBitKvDType(dtype); }
   KvPackedLayout packed() const {
@@ -73,6 +77,7 @@ struct KvFormatSpec {
   int32_t num_heads = 0;
   int32_t num_kv_heads = 0;
   int32_t tail_blocks = 1;  // low-bit formats: blocks in each residual tail's ring
+  bool hadamard = false;    // K/V stored in the Hadamard-rotated basis (head_dim a power of two)
 };
 
 // Where each sequence of a ragged batch is: the same arrays PagedAttentionArgs carries. The

@@ -1,5 +1,7 @@
 #include "kernels/cpu/elementwise.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "kernels/cpu/cpu_features.h"
@@ -111,6 +113,43 @@ void SiluMul(ThreadPool& pool, const float* gate, int64_t gate_stride, const flo
   }
   ForEachRow(pool, num_rows, dim, [&](int32_t r) {
     avx2::SiluMulRow(gate + r * gate_stride, up + r * up_stride, dim, out + r * out_stride);
+  });
+}
+
+namespace {
+
+// One row: pairs (j, j + h) become (a + b, a - b) for h = 1, 2, 4, ...; the compiler vectorises
+// the inner loop once h reaches the vector width.
+void HadamardRow(float* v, int32_t n, float norm) {
+  for (int32_t h = 1; h < n; h *= 2) {
+    for (int32_t i = 0; i < n; i += 2 * h) {
+      for (int32_t j = i; j < i + h; ++j) {
+        const float a = v[j], b = v[j + h];
+        v[j] = a + b;
+        v[j + h] = a - b;
+      }
+    }
+  }
+  for (int32_t i = 0; i < n; ++i) v[i] *= norm;
+}
+
+}  // namespace
+
+void HadamardRotate(ThreadPool& pool, float* x, int64_t num_rows, int32_t dim) {
+  const float norm = 1.0f / std::sqrt(static_cast<float>(dim));
+  // Rows in groups, so each task is a few thousand operations at least.
+  const int64_t per_task = std::max<int64_t>(1, 4096 / dim);
+  const int64_t num_tasks = (num_rows + per_task - 1) / per_task;
+  auto run = [&](int64_t task) {
+    const int64_t end = std::min(num_rows, (task + 1) * per_task);
+    for (int64_t r = task * per_task; r < end; ++r) HadamardRow(x + r * dim, dim, norm);
+  };
+  if (num_tasks <= 1 || pool.num_threads() == 1) {
+    for (int64_t t = 0; t < num_tasks; ++t) run(t);
+    return;
+  }
+  pool.ParallelFor(num_tasks, [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) run(t);
   });
 }
 

@@ -35,6 +35,10 @@ void SiluMul(ThreadPool& pool, const float* gate, int64_t gate_stride, const flo
 
 void WriteKv(ThreadPool& pool, const KvWriteArgs& args);
 
+// In place on `num_rows` contiguous rows of `dim` floats (a power of two): the butterfly form
+// of ref::HadamardRotate (log2(dim) passes of sums and differences, then the 1/sqrt(dim) scale).
+void HadamardRotate(ThreadPool& pool, float* x, int64_t num_rows, int32_t dim);
+
 // Row-level implementations for AVX2 (elementwise_avx2.cc); called by the functions above.
 namespace avx2 {
 void RmsNormRow(const float* x, int32_t dim, const void* weight, DType weight_dtype, float eps,

@@ -95,6 +95,21 @@ void WriteKv(const KvWriteArgs& args) {
   }
 }
 
+void HadamardRotate(float* x, int64_t num_rows, int32_t dim) {
+  const float norm = 1.0f / std::sqrt(static_cast<float>(dim));
+  std::vector<float> out(dim);
+  for (int64_t r = 0; r < num_rows; ++r) {
+    float* row = x + r * dim;
+    // The definition, one output at a time (O(dim^2)): the fast kernels use the butterfly form.
+    for (int32_t i = 0; i < dim; ++i) {
+      double sum = 0;
+      for (int32_t j = 0; j < dim; ++j) sum += (__builtin_popcount(i & j) & 1) ? -row[j] : row[j];
+      out[i] = static_cast<float>(sum) * norm;
+    }
+    std::copy(out.begin(), out.end(), row);
+  }
+}
+
 void PagedAttention(const PagedAttentionArgs& args) {
   const PagedKvView& cache = args.cache;
   const int32_t head_dim = cache.head_dim;

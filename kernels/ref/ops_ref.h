@@ -39,6 +39,13 @@ void Rope(float* x, int64_t x_stride, int32_t num_tokens, int32_t num_heads, int
 void SiluMul(const float* gate, int64_t gate_stride, const float* up, int64_t up_stride,
              int32_t num_rows, int32_t dim, float* out, int64_t out_stride);
 
+// In place on each of `num_rows` contiguous rows of `dim` floats (dim a power of two): x <-
+// H x / sqrt(dim), H the Sylvester-Hadamard matrix (H[i][j] = (-1)^popcount(i & j)). The
+// transform is orthogonal and its own inverse; rotating q and k leaves q . k unchanged, and
+// rotating V and then the attention output leaves the output unchanged, while spreading a few
+// large channels over all of them (what makes low-bit KV codes accurate; QuaRot).
+void HadamardRotate(float* x, int64_t num_rows, int32_t dim);
+
 // Stores K/V rows into the paged cache (see KvWriteArgs), rounding to the cache dtype.
 void WriteKv(const KvWriteArgs& args);
 

@@ -32,7 +32,7 @@ struct GenerateFlags {
   int64_t kv_cache_mb = 1024, seed = 0;
   double temperature = 0, top_p = 1, min_p = 0, repetition_penalty = 1;
   double frequency_penalty = 0, presence_penalty = 0;
-  bool ignore_eos = false, json = false, fast_bf16_matmul = false;
+  bool ignore_eos = false, json = false, fast_bf16_matmul = false, kv_hadamard = true;
 };
 
 void Declare(FlagSet& f, GenerateFlags& g) {
@@ -61,7 +61,8 @@ void Declare(FlagSet& f, GenerateFlags& g) {
   f.String("kv-k-granularity", &g.kv_k_granularity, "low-bit KV: K per channel or per token");
   f.Int32("kv-residual-tokens", &g.kv_residual_tokens,
           "low-bit KV: newest tokens each sequence keeps in bf16");
-  f.Int32("block-size", &g.block_size, "tokens per KV block (0 = 16, or 64 for low-bit KV)");
+  f.Bool("kv-hadamard", &g.kv_hadamard, "low-bit KV: store K/V Hadamard-rotated");
+  f.Int32("block-size", &g.block_size, "tokens per KV block (0 = 16, or 32 for low-bit KV)");
   f.Int("kv-cache-mb", &g.kv_cache_mb, "KV cache size in MiB");
   f.Int32("max-batch-tokens", &g.max_batch_tokens, "most tokens computed in one step");
   f.Int32("prefill-chunk", &g.prefill_chunk, "most prompt tokens per sequence and step (0 = budget)");
@@ -86,6 +87,7 @@ absl::StatusOr<EngineConfig> MakeEngineConfig(const GenerateFlags& g) {
   }
   config.num_threads = g.threads;
   config.kv_residual_tokens = g.kv_residual_tokens;
+  config.kv_hadamard = g.kv_hadamard;
   config.kv_cache_bytes = g.kv_cache_mb << 20;
   config.max_num_batched_tokens = g.max_batch_tokens;
   config.fast_bf16_matmul = g.fast_bf16_matmul;

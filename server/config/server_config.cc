@@ -79,6 +79,10 @@ const std::vector<Key>& Keys() {
        &C::kv_cache_dtype, {}, {"auto", "bf16", "f16", "f32", "fp8-e4m3", "int8", "int4", "int2"}},
       {"kv_k_granularity", "", "low-bit KV: K quantized per channel (over a block) or per token",
        &C::kv_k_granularity, {}, {"channel", "token"}},
+      {"kv_hadamard", "",
+       "low-bit KV: store K/V rotated by the Hadamard transform (spreads outlier channels; "
+       "head_dim a power of two)",
+       &C::kv_hadamard},
       {"kv_residual_tokens", "tokens",
        "low-bit KV: each sequence attends to at least its newest this many tokens in bf16",
        &C::kv_residual_tokens, {0, 65536}},
@@ -86,7 +90,7 @@ const std::vector<Key>& Keys() {
        "CPU decode with GGUF-quantized weights: activations as f32 (exact) or int8 (faster, "
        "~0.5-0.8 % relative error)",
        &C::quantized_activations, {}, {"f32", "int8"}},
-      {"block_size", "tokens", "tokens per KV block (0 = 16, or 64 for low-bit KV)",
+      {"block_size", "tokens", "tokens per KV block (0 = 16, or 32 for low-bit KV)",
        &C::block_size, {0, 1024}},
       {"kv_cache_mb", "MiB", "KV cache size", &C::kv_cache_mb, {1, kMax}},
       {"max_num_batched_tokens", "tokens", "most tokens computed in one step", &C::max_num_batched_tokens,

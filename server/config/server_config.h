@@ -47,8 +47,9 @@ struct ServerConfig {
   std::string kv_cache_dtype = "bf16";
   std::string kv_k_granularity = "channel";
   int64_t kv_residual_tokens = 0;
+  bool kv_hadamard = true;
   std::string quantized_activations = "f32";  // "int8": int8 activations for quantized weights
-  int64_t block_size = 0;  // 0: 16, or 64 for the low-bit KV formats
+  int64_t block_size = 0;  // 0: 16, or 32 for the low-bit KV formats
   int64_t kv_cache_mb = 1024;
   // Scheduler.
   int64_t max_num_batched_tokens = 2048;

@@ -41,6 +41,7 @@ absl::StatusOr<EngineConfig> MakeEngineConfig(const ServerConfig& c) {
   LOOM_RETURN_IF_ERROR(SetKvCacheFormat(c.kv_cache_dtype, c.kv_k_granularity,
                                         static_cast<int32_t>(c.block_size), e));
   e.kv_residual_tokens = static_cast<int32_t>(c.kv_residual_tokens);
+  e.kv_hadamard = c.kv_hadamard;
   e.num_threads = static_cast<int>(c.threads);
   e.kv_cache_bytes = c.kv_cache_mb << 20;
   e.device = static_cast<int>(c.device);

@@ -20,6 +20,7 @@ class FloatOnlyOps final : public Ops {
   void Linear(const float*, int64_t, int32_t, std::span<const LinearOutput>) override {}
   void Rope(float*, int64_t, int32_t, int32_t, int32_t, const float*, const float*) override {}
   void SiluMul(const float*, const float*, int32_t, int32_t, float*) override {}
+  void HadamardRotate(float*, int64_t, int32_t) override {}
   void WriteKv(const KvWriteArgs&) override {}
   void PagedAttention(const PagedAttentionArgs&) override {}
 };

@@ -73,8 +73,8 @@ class GgufServingTest(unittest.TestCase):
 
 
 class LowBitKvServingTest(unittest.TestCase):
-    """The same model with an int4 KV cache (K per channel over 64-token blocks, a 128-token bf16
-    window): it serves, answers as transformers does on this short chat, reports the format's
+    """The same model with an int4 KV cache (K per channel over 32-token blocks, Hadamard-rotated,
+    a 128-token bf16 window): it serves, answers as transformers does on this short chat, reports the format's
     capacity in its metrics, and refuses a prompt longer than the context cleanly."""
 
     @classmethod
@@ -92,7 +92,7 @@ class LowBitKvServingTest(unittest.TestCase):
         self.assertEqual(out.choices[0].message.content, CHAT_ANSWER)
 
     def test_long_generation_crosses_packed_blocks(self):
-        # 300 tokens: several 64-token blocks are packed while the sequence keeps decoding.
+        # 300 tokens: several 32-token blocks are packed while the sequence keeps decoding.
         out = self.client.completions.create(model="SmolLM2-135M-Instruct.Q4_1",
                                              prompt="The history of the printing press",
                                              temperature=0, max_tokens=300)
@@ -109,10 +109,10 @@ class LowBitKvServingTest(unittest.TestCase):
         per_token = [l for l in lines if l.startswith("loom_kv_cache_bytes_per_token{")]
         self.assertEqual(len(capacity), 1, lines)
         self.assertIn('kv_cache_dtype="int4"', capacity[0])
-        # SmolLM2: 30 layers x 3 KV heads; int4 K per channel over 64 tokens, V per token:
-        # (32 + 4 * 64 / 64) + (32 + 4) = 72 bytes per head and token, 6480 per token.
-        self.assertEqual(float(per_token[0].rsplit(" ", 1)[1]), 6480.0)
-        # 400 MiB less 64 sequences x 4.4 MiB of bf16 tails (3 blocks of 64 tokens each).
+        # SmolLM2: 30 layers x 3 KV heads; int4 K per channel over 32 tokens, V per token:
+        # (32 + 4 * 64 / 32) + (32 + 4) = 76 bytes per head and token, 6840 per token.
+        self.assertEqual(float(per_token[0].rsplit(" ", 1)[1]), 6840.0)
+        # 400 MiB less 64 sequences x 3.5 MiB of bf16 tails (5 blocks of 32 tokens each).
         self.assertGreater(float(capacity[0].rsplit(" ", 1)[1]), 15000)
 
 

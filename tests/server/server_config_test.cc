@@ -50,7 +50,7 @@ TEST(ServerConfigTest, DefaultsFileEnvironmentFlagsInThatOrder) {
   EXPECT_FALSE(c.enable_prefix_caching);  // flag
   EXPECT_TRUE(c.strict_api);
   EXPECT_EQ(c.api_keys, (std::vector<std::string>{"a", "b"}));
-  EXPECT_EQ(c.block_size, 0);  // default: 16, or 64 for low-bit KV
+  EXPECT_EQ(c.block_size, 0);  // default: 16, or 32 for low-bit KV
 }
 
 TEST(ServerConfigTest, ListsFromEnvironmentAndBooleanFlags) {

@@ -14,6 +14,7 @@
 #include "kernels/cuda/decode_attention.h"
 #include "kernels/cuda/decode_attention_kv.h"
 #include "kernels/cuda/embedding.h"
+#include "kernels/cuda/hadamard.h"
 #include "kernels/cuda/kv_write.h"
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cuda/prefill_attention.h"
@@ -224,6 +225,10 @@ void CudaOps::Rope(float* x, int64_t x_stride, int32_t num_tokens, int32_t num_h
 void CudaOps::SiluMul(const float* gate, const float* up, int32_t num_rows, int32_t dim,
                       float* out) {
   LOOM_CUDA_RECORD(cuda::SiluMul(gate, dim, up, dim, num_rows, dim, out, dim, stream_));
+}
+
+void CudaOps::HadamardRotate(float* x, int64_t num_rows, int32_t dim) {
+  LOOM_CUDA_RECORD(cuda::HadamardRotate(x, num_rows, dim, stream_));
 }
 
 void CudaOps::WriteKv(const KvWriteArgs& args) {

@@ -76,6 +76,7 @@ class CudaOps final : public Ops {
               std::span<const LinearOutput> outputs) override;
   void Rope(float* x, int64_t x_stride, int32_t num_tokens, int32_t num_heads, int32_t head_dim,
             const float* cos, const float* sin) override;
+  void HadamardRotate(float* x, int64_t num_rows, int32_t dim) override;
   void SiluMul(const float* gate, const float* up, int32_t num_rows, int32_t dim,
                float* out) override;
   void WriteKv(const KvWriteArgs& args) override;
