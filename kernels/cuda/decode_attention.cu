@@ -47,8 +47,21 @@
 #include <cmath>
 #include <type_traits>
 
+#include "kernels/cuda/mma_inl.cuh"
+
 namespace loom::cuda {
 namespace {
+
+using internal::LdMatrixX4;
+using internal::LdMatrixX4Trans;
+using internal::MmaM16N8K16;
+using internal::PackPairTo;
+using internal::QuadMaxOf;
+using internal::QuadSumOf;
+using internal::SharedAddress;
+using internal::SwizzledOffset;
+using internal::WarpMaxOf;
+using internal::WarpSumOf;
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
@@ -98,18 +111,6 @@ struct DecodeParams {
 
 // ---- device helpers ----
 
-// Element offset of 16-byte unit `unit` of row `row` in a [rows, D] tile of 2-byte elements: the
-// unit index is XORed with row % 8, so the 8 rows an ldmatrix phase reads hit 8 different bank
-// groups (a row is a multiple of 128 bytes).
-template <int D>
-__device__ __forceinline__ int Swizzle(int row, int unit) {
-  return row * D + ((unit ^ (row & 7)) << 3);
-}
-
-__device__ __forceinline__ uint32_t SmemAddress(const void* ptr) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
-}
-
 // 16 bytes global -> shared; src_bytes == 0 writes zeros and reads nothing.
 __device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
@@ -122,68 +123,6 @@ __device__ __forceinline__ void CpAsyncCommit() {
 template <int N>
 __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-__device__ __forceinline__ void LdMatrixX4(uint32_t addr, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-__device__ __forceinline__ void LdMatrixX4Trans(uint32_t addr, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-
-// d += a * b for one m16n8k16 tile, f32 accumulation.
-template <typename T>
-__device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                    uint32_t b1) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    static_assert(std::is_same_v<T, __half>);
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
-// Two f32 rounded to T, `lo` in the low half (the lower column of an mma fragment).
-template <typename T>
-__device__ __forceinline__ uint32_t Pack2(float lo, float hi) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  } else {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  }
-}
-
-__device__ __forceinline__ float QuadMax(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-__device__ __forceinline__ float QuadSum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
-__device__ __forceinline__ float WarpMax(float x) {
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
-  }
-  return x;
-}
-__device__ __forceinline__ float WarpSum(float x) {
-  for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
-  return x;
 }
 
 // ---- split kernel ----
@@ -222,9 +161,9 @@ __global__ void __launch_bounds__(kThreads, Config<D>::kCtasPerSm)
   auto chunk_of = [&](int i) { return split_lo + warp + kWarps * i; };
 
   T* q_smem = reinterpret_cast<T*>(smem);
-  const uint32_t q_addr = SmemAddress(q_smem);
+  const uint32_t q_addr = SharedAddress(q_smem);
   const uint32_t pipe_addr =
-      SmemAddress(q_smem + Cfg::kQElems + warp * Cfg::kStages * Cfg::kStageElems);
+      SharedAddress(q_smem + Cfg::kQElems + warp * Cfg::kStages * Cfg::kStageElems);
 
   const int block_size = args.cache.block_size;
   const int64_t head_stride = int64_t{block_size} * D;
@@ -275,7 +214,7 @@ __global__ void __launch_bounds__(kThreads, Config<D>::kCtasPerSm)
         valid = src >= 0;
       }
       src = valid ? src + unit * 8 : 0;
-      const uint32_t dst = Swizzle<D>(row, unit) * 2;
+      const uint32_t dst = SwizzledOffset<D>(row, unit) * 2;
       CpAsync16(k_dst + dst, k_cache + src, valid ? 16 : 0);
       CpAsync16(v_dst + dst, v_cache + src, valid ? 16 : 0);
     }
@@ -304,10 +243,11 @@ __global__ void __launch_bounds__(kThreads, Config<D>::kCtasPerSm)
       const float* src = q + row * D + unit * 8;
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        w[k] = Pack2<T>(src[2 * k] * p.q_scale, src[2 * k + 1] * p.q_scale);
+        w[k] = PackPairTo<T>(src[2 * k] * p.q_scale, src[2 * k + 1] * p.q_scale);
       }
     }
-    *reinterpret_cast<uint4*>(q_smem + Swizzle<D>(row, unit)) = make_uint4(w[0], w[1], w[2], w[3]);
+    *reinterpret_cast<uint4*>(q_smem + SwizzledOffset<D>(row, unit)) =
+        make_uint4(w[0], w[1], w[2], w[3]);
   }
   __syncthreads();
 
@@ -343,10 +283,10 @@ __global__ void __launch_bounds__(kThreads, Config<D>::kCtasPerSm)
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       uint32_t a[4], b[4];
-      LdMatrixX4(q_addr + Swizzle<D>(a_row, 2 * kk + a_unit) * 2, a);
-      LdMatrixX4(k_base + Swizzle<D>(k_row, 2 * kk + k_unit) * 2, b);
-      Mma<T>(s[0], a, b[0], b[1]);
-      Mma<T>(s[1], a, b[2], b[3]);
+      LdMatrixX4(q_addr + SwizzledOffset<D>(a_row, 2 * kk + a_unit) * 2, a);
+      LdMatrixX4(k_base + SwizzledOffset<D>(k_row, 2 * kk + k_unit) * 2, b);
+      MmaM16N8K16<T>(s[0], a, b[0], b[1]);
+      MmaM16N8K16<T>(s[1], a, b[2], b[3]);
     }
     // s[n][e]: row lane / 4 + (e / 2) * 8, key 8 * n + (lane % 4) * 2 + e % 2 of the chunk.
     const int key0 = chunk_of(i) * kChunkKeys;
@@ -363,8 +303,8 @@ __global__ void __launch_bounds__(kThreads, Config<D>::kCtasPerSm)
     float reference[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const float chunk_max =
-          QuadMax(fmaxf(fmaxf(s[0][2 * r], s[0][2 * r + 1]), fmaxf(s[1][2 * r], s[1][2 * r + 1])));
+      const float chunk_max = QuadMaxOf(
+          fmaxf(fmaxf(s[0][2 * r], s[0][2 * r + 1]), fmaxf(s[1][2 * r], s[1][2 * r + 1])));
       const float new_max = fmaxf(row_max[r], chunk_max);
       reference[r] = new_max == -INFINITY ? 0.0f : new_max;  // no -inf - -inf
       const float correction = exp2f(row_max[r] - reference[r]);
@@ -385,21 +325,21 @@ __global__ void __launch_bounds__(kThreads, Config<D>::kCtasPerSm)
       }
     }
     // P as the A operand: the score fragments of keys 0-7 and 8-15 are its k-halves.
-    const uint32_t pa[4] = {Pack2<T>(s[0][0], s[0][1]), Pack2<T>(s[0][2], s[0][3]),
-                            Pack2<T>(s[1][0], s[1][1]), Pack2<T>(s[1][2], s[1][3])};
+    const uint32_t pa[4] = {PackPairTo<T>(s[0][0], s[0][1]), PackPairTo<T>(s[0][2], s[0][3]),
+                            PackPairTo<T>(s[1][0], s[1][1]), PackPairTo<T>(s[1][2], s[1][3])};
 #pragma unroll
     for (int dt = 0; dt < D / 16; ++dt) {
       uint32_t b[4];
-      LdMatrixX4Trans(v_base + Swizzle<D>(a_row, 2 * dt + a_unit) * 2, b);
-      Mma<T>(acc[2 * dt], pa, b[0], b[1]);
-      Mma<T>(acc[2 * dt + 1], pa, b[2], b[3]);
+      LdMatrixX4Trans(v_base + SwizzledOffset<D>(a_row, 2 * dt + a_unit) * 2, b);
+      MmaM16N8K16<T>(acc[2 * dt], pa, b[0], b[1]);
+      MmaM16N8K16<T>(acc[2 * dt + 1], pa, b[2], b[3]);
     }
     read_stage = read_stage + 1 == Cfg::kStages ? 0 : read_stage + 1;
     write_stage = write_stage + 1 == Cfg::kStages ? 0 : write_stage + 1;
   }
   CpAsyncWait<0>();
-  row_sum[0] = QuadSum(row_sum[0]);
-  row_sum[1] = QuadSum(row_sum[1]);
+  row_sum[0] = QuadSumOf(row_sum[0]);
+  row_sum[1] = QuadSumOf(row_sum[1]);
 
   // Merge the warps through shared memory (the scratch overlaps the K/V stages).
   __syncthreads();
@@ -480,12 +420,12 @@ __global__ void __launch_bounds__(kThreads) CombineSplitsKernel(const DecodePara
   const float* part = p.partial_out + int64_t{row} * num_splits * D;
   float max_lse = -INFINITY;
   for (int i = lane; i < num_splits; i += 32) max_lse = fmaxf(max_lse, lse[i]);
-  max_lse = WarpMax(max_lse);
+  max_lse = WarpMaxOf(max_lse);
   float total = 0.0f;
   for (int i = lane; i < num_splits; i += 32) {
     if (lse[i] != -INFINITY) total += exp2f(lse[i] - max_lse);
   }
-  total = WarpSum(total);
+  total = WarpSumOf(total);
   const float inv = total > 0.0f ? 1.0f / total : 0.0f;
   float* out = args.out + int64_t{token} * args.out_stride + int64_t{head} * D;
   for (int d = lane * 4; d < D; d += 128) {

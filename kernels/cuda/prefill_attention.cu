@@ -70,8 +70,14 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/cuda/mma_inl.cuh"
+
 namespace loom::cuda {
 namespace {
+
+using internal::MmaM16N8K16;
+using internal::PackPairTo;
+using internal::SharedAddress;
 
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
@@ -119,10 +125,6 @@ BlockDivider MakeBlockDivider(uint32_t divisor) {
 
 // ---- warp-level primitives (PTX) ----
 
-__device__ __forceinline__ uint32_t SmemAddr(const void* ptr) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
-}
-
 // 16 bytes global -> shared, bypassing L1; zero-fills the destination (reads nothing) when
 // !valid.
 __device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, bool valid) {
@@ -148,40 +150,10 @@ __device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], uint32_t addr)
                : "r"(addr));
 }
 
-// d += A B for one m16n8k16 tile.
-template <typename T>
-__device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                    uint32_t b1) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
 __device__ __forceinline__ float Exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
-}
-
-// Two floats rounded to T (nearest even), `lo` in the low half: the element with the lower
-// column index of an mma fragment register.
-template <typename T>
-__device__ __forceinline__ uint32_t PackPair(float lo, float hi) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  } else {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  }
 }
 
 // ---- tile stages ----
@@ -213,8 +185,8 @@ __device__ __forceinline__ void LoadQ(const float* q, int64_t q_stride, int rows
       x = q_vec4 ? __ldg(reinterpret_cast<const float4*>(src))
                  : make_float4(__ldg(src), __ldg(src + 1), __ldg(src + 2), __ldg(src + 3));
     }
-    *reinterpret_cast<uint2*>(q_smem + row * S::kStride + col) =
-        make_uint2(PackPair<T>(x.x * scale, x.y * scale), PackPair<T>(x.z * scale, x.w * scale));
+    *reinterpret_cast<uint2*>(q_smem + row * S::kStride + col) = make_uint2(
+        PackPairTo<T>(x.x * scale, x.y * scale), PackPairTo<T>(x.z * scale, x.w * scale));
   }
 }
 
@@ -265,8 +237,8 @@ __device__ __forceinline__ void Scores(float (&s)[Shape<kHeadDim>::kKeyTiles][4]
     for (int p = 0; p < S::kKeyTiles / 2; ++p) {
       uint32_t b[4];
       LdMatrixX4(b, k_addr + (p * 16 * S::kStride + kk * 16) * sizeof(T));
-      Mma<T>(s[2 * p], a, b[0], b[1]);
-      Mma<T>(s[2 * p + 1], a, b[2], b[3]);
+      MmaM16N8K16<T>(s[2 * p], a, b[0], b[1]);
+      MmaM16N8K16<T>(s[2 * p + 1], a, b[2], b[3]);
     }
   }
 }
@@ -331,16 +303,16 @@ __device__ __forceinline__ void AccumulatePv(float (&o)[Shape<kHeadDim>::kDimTil
   using S = Shape<kHeadDim>;
 #pragma unroll
   for (int kk = 0; kk < S::kBlockN / 16; ++kk) {
-    const uint32_t a[4] = {PackPair<T>(p[2 * kk][0], p[2 * kk][1]),
-                           PackPair<T>(p[2 * kk][2], p[2 * kk][3]),
-                           PackPair<T>(p[2 * kk + 1][0], p[2 * kk + 1][1]),
-                           PackPair<T>(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+    const uint32_t a[4] = {PackPairTo<T>(p[2 * kk][0], p[2 * kk][1]),
+                           PackPairTo<T>(p[2 * kk][2], p[2 * kk][3]),
+                           PackPairTo<T>(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                           PackPairTo<T>(p[2 * kk + 1][2], p[2 * kk + 1][3])};
 #pragma unroll
     for (int dp = 0; dp < kHeadDim / 16; ++dp) {
       uint32_t b[4];
       LdMatrixX4Trans(b, v_addr + (kk * 16 * S::kStride + dp * 16) * sizeof(T));
-      Mma<T>(o[2 * dp], a, b[0], b[1]);
-      Mma<T>(o[2 * dp + 1], a, b[2], b[3]);
+      MmaM16N8K16<T>(o[2 * dp], a, b[0], b[1]);
+      MmaM16N8K16<T>(o[2 * dp + 1], a, b[2], b[3]);
     }
   }
 }
@@ -437,7 +409,7 @@ __device__ __forceinline__ void AttendTile(const PagedAttentionArgs& args, int h
                            args.block_tables + int64_t{work.seq} * args.max_blocks_per_seq,
                            head_stride * cache.num_kv_heads, div};
   constexpr uint32_t kBufBytes = S::kKvElems * sizeof(T);
-  const uint32_t q_base = SmemAddr(smem);
+  const uint32_t q_base = SharedAddress(smem);
   const uint32_t k_base = q_base + S::kQElems * sizeof(T);
   const uint32_t v_base = k_base + 2 * kBufBytes;
 
