@@ -10,7 +10,8 @@
 
 namespace loom {
 
-// "int4 (K per channel, V per token, group 64)", "bf16", ...: the format as messages name it.
+// "int4 (K per channel, V per token, group 32, bf16 residual of 4-5 blocks, Hadamard-rotated)",
+// "bf16", ...: the format as messages name it.
 std::string KvFormatName(const KvFormatSpec& format);
 
 // The error a backend returns for a combination it has no kernel for.

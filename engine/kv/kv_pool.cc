@@ -38,10 +38,6 @@ int64_t KvPoolShape::TailBytes() const {
          head_dim * static_cast<int64_t>(sizeof(uint16_t));
 }
 
-double KvPoolShape::BytesPerToken() const {
-  return static_cast<double>(BytesPerBlock()) / block_size;
-}
-
 KvFormatSpec KvPoolShape::Format(int32_t num_heads) const {
   return {dtype, k_per_token, head_dim, block_size, num_heads, num_kv_heads, tail_blocks,
           hadamard};
@@ -147,10 +143,9 @@ void KvPool::CopyBlock(BlockId src, BlockId dst) {
 void KvPool::CopyTail(int32_t src, int32_t dst) {
   LOOM_CHECK(src >= 0 && src < shape_.num_tail_slots && dst >= 0 && dst < shape_.num_tail_slots,
              "tail copy ", src, " -> ", dst);
-  const int64_t slot_bytes = int64_t{shape_.num_kv_heads} * shape_.tail_blocks *
-                             shape_.block_size * shape_.head_dim * 2;
   for (int32_t layer = 0; layer < shape_.num_layers; ++layer) {
     const PagedKvView view = Layer(layer);
+    const int64_t slot_bytes = view.tail_slot_stride() * int64_t{sizeof(uint16_t)};
     for (void* base : {view.tail_k, view.tail_v}) {
       char* bytes = static_cast<char*>(base);
       backend_.CopyWithinDevice(bytes + dst * slot_bytes, bytes + src * slot_bytes, slot_bytes);

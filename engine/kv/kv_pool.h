@@ -5,9 +5,10 @@
 // block_size, head_dim] in the pool's dtype, the layers one after another (layer l's K, then its
 // V). Low-bit formats (kernels/common/kv_format.h) store packed head blocks instead, and after
 // all layers come the residual tails: per layer, K then V, bf16 [num_tail_slots, num_kv_heads,
-// tail_blocks * block_size, head_dim], one slot per sequence the engine holds. Blocks are addressed by BlockId; which sequence owns a block is the scheduler's business,
-// not the pool's. Host memory (an anonymous mapping) for a backend whose memory is host memory,
-// one allocation of the backend's device memory otherwise.
+// tail_blocks * block_size, head_dim], one slot per sequence the engine holds. Blocks are
+// addressed by BlockId; which sequence owns a block is the scheduler's business, not the pool's.
+// Host memory (an anonymous mapping) for a backend whose memory is host memory, one allocation
+// of the backend's device memory otherwise.
 // Thread safety: none; the engine loop owns the pool.
 #pragma once
 
@@ -45,8 +46,6 @@ struct KvPoolShape {
   int64_t BytesPerBlock() const;
   // Bytes of all residual tails (0 for element formats).
   int64_t TailBytes() const;
-  // Bytes one token takes in a block (BytesPerBlock / block_size).
-  double BytesPerToken() const;
   KvFormatSpec Format(int32_t num_heads) const;
 };
 

@@ -77,10 +77,9 @@ inline constexpr DType kKvCacheDTypes[] = {DType::kBF16,   DType::kF16,    DType
                                            DType::kF8E4M3, DType::kKvInt8, DType::kKvInt4,
                                            DType::kKvInt2};
 
-// The KV cache format a flag or config file names ("bf16", "int4", ...; "fp8" is fp8-e4m3);
-// nullopt otherwise ("auto" included: see EngineConfig::kv_dtype_auto).
+// The KV cache format a flag or config file names ("bf16", "fp8-e4m3", "int4", ...); nullopt
+// otherwise ("auto" included: see EngineConfig::kv_dtype_auto).
 inline std::optional<DType> KvCacheDTypeFromName(std::string_view name) {
-  if (name == "fp8") return DType::kF8E4M3;
   for (DType d : kKvCacheDTypes) {
     if (DTypeName(d) == name) return d;
   }

@@ -112,8 +112,11 @@ struct KvGeometry {
   int32_t k_num_params;   // head_dim (K per channel) or block_size (K per token)
   int64_t k_head_bytes;   // one packed head block of K, of V
   int64_t v_head_bytes;
-  int64_t head_stride;    // elements between heads / blocks of an element cache or a tail
+  int64_t head_stride;    // elements between heads / blocks of an element cache
   int64_t block_stride;
+  int32_t tail_blocks;    // blocks in a residual tail's ring
+  int64_t tail_head_stride;  // bf16 elements between heads / slots of the tails
+  int64_t tail_slot_stride;
   bool k_per_token;
 };
 
@@ -126,6 +129,9 @@ inline KvGeometry KvGeometryOf(const PagedKvView& cache) {
   g.k_per_token = cache.k_per_token;
   g.head_stride = cache.head_stride();
   g.block_stride = cache.block_stride();
+  g.tail_blocks = cache.tail_blocks;
+  g.tail_head_stride = cache.tail_head_stride();
+  g.tail_slot_stride = cache.tail_slot_stride();
   if (g.bits > 0) {
     const KvPackedLayout layout = cache.packed();
     g.row_bytes = static_cast<int32_t>(layout.row_bytes());
@@ -167,11 +173,11 @@ __device__ __forceinline__ KvRowRef KvRowOf(const PagedKvView& cache, const KvGe
     r.row = static_cast<const uint8_t*>(is_v ? cache.v : cache.k) + index * elem;
     return r;
   }
-  const int32_t ring = cache.tail_blocks;
+  const int32_t ring = g.tail_blocks;
   if (tail_slot >= 0 && b >= tail_first_block && b >= seq_len / g.block_size - (ring - 1)) {
-    // Tail slot stride ring * block_stride, head stride ring * head_stride, then the ring row.
-    const int64_t index = int64_t{tail_slot} * ring * g.block_stride +
-                          int64_t{kv_head} * ring * g.head_stride +
+    // PagedKvView::tail_index, spelled out for the device.
+    const int64_t index = int64_t{tail_slot} * g.tail_slot_stride +
+                          int64_t{kv_head} * g.tail_head_stride +
                           (int64_t{b % ring} * g.block_size + slot) * g.head_dim;
     r.kind = KvRowRef::kTail;
     r.row = static_cast<const uint8_t*>(is_v ? cache.tail_v : cache.tail_k) + index * 2;

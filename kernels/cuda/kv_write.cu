@@ -205,11 +205,11 @@ __global__ void __launch_bounds__(kPackThreads) WriteKvLowBitKernel(const KvWrit
   const int64_t head_offset = int64_t{h} * hd;
   // This (tail slot, head)'s ring of tail_blocks blocks; position pos is ring row
   // (pos / bs % ring) * bs + pos % bs (kernels/common/kv_format.h).
-  const int ring = cache.tail_blocks;
+  const int ring = g.tail_blocks;
   const int tail_first =
       a.batch.tail_first_blocks != nullptr ? a.batch.tail_first_blocks[s] : 0;
   uint16_t* tail_rows = static_cast<uint16_t*>(is_v ? cache.tail_v : cache.tail_k) +
-                        int64_t{tail} * ring * g.block_stride + int64_t{h} * ring * g.head_stride;
+                        int64_t{tail} * g.tail_slot_stride + int64_t{h} * g.tail_head_stride;
   const bool per_token = is_v || g.k_per_token;
   const int64_t head_bytes = is_v ? g.v_head_bytes : g.k_head_bytes;
   uint8_t* region = static_cast<uint8_t*>(is_v ? cache.v : cache.k);

@@ -118,7 +118,9 @@ TEST_P(CudaModelTest, MatchesTheCpuBackend) {
     // Compare logits up to the first differing token (later rows follow other continuations).
     size_t same = 0;
     while (same < ta.size() && same < tb.size() && ta[same] == tb[same]) ++same;
-    if (!Rounded(*gpu)) EXPECT_EQ(same, ta.size()) << "prompt " << i;
+    if (!Rounded(*gpu)) {
+      EXPECT_EQ(same, ta.size()) << "prompt " << i;
+    }
     for (int32_t pos = 0; pos < len + static_cast<int32_t>(same); ++pos) {
       auto ia = a.logits.find({a.results[i].seq_id.value(), pos});
       auto ib = b.logits.find({b.results[i].seq_id.value(), pos});
