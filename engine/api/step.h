@@ -16,6 +16,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -23,6 +25,39 @@
 #include "engine/api/sampling_params.h"
 
 namespace loom {
+
+// KV data on the host, as a KV transfer moves it (shared/ARCHITECTURE.md §3: swap, live
+// migration). The bytes are the pool's own format, so both ends must hold the same layout:
+// `layout` is KvCapacity::kv_layout of the exporting engine, and an import into an engine with
+// another layout is refused.
+struct KvBlob {
+  std::string layout;
+  // The blocks, one after another; each block is every layer in order, K then V, with exactly
+  // the bytes the pool keeps for that block (low-bit formats: codes, scales and zeros).
+  int32_t num_blocks = 0;
+  std::vector<uint8_t> blocks;
+  // Low-bit formats with a residual tail, when the export named a sequence: its tail slot's
+  // bytes (every layer, K then V, the whole ring) and the first block it computed itself.
+  // Empty otherwise.
+  std::vector<uint8_t> tail;
+  int32_t tail_first_block = 0;
+};
+
+// Export: copy `blocks` (and, when `tail_of` names a sequence the engine holds, its residual
+// tail) into `*out` before the step's forward pass, so the bytes are those every earlier step
+// wrote. `out` is filled when Execute returns OK; the engine keeps no reference to it.
+struct KvExport {
+  std::vector<BlockId> blocks;
+  SequenceId tail_of{0};  // 0: no sequence
+  std::shared_ptr<KvBlob> out;
+};
+
+// Import: write `data`'s blocks into `blocks` (same count, same layout) before the step runs.
+// The blocks must be held by no sequence the engine knows (the scheduler reserved them).
+struct KvImport {
+  std::vector<BlockId> blocks;
+  std::shared_ptr<const KvBlob> data;
+};
 
 // A sequence the engine has not seen (a new request, or one resumed after preemption).
 struct NewSequencePlan {
@@ -38,6 +73,10 @@ struct NewSequencePlan {
   // Tokens to compute in this step; >= 1.
   int32_t num_scheduled_tokens = 0;
   SamplingParams sampling;
+  // A sequence resumed from a KV transfer whose blocks were imported (num_computed_tokens > 0):
+  // for low-bit formats, the exported blob whose residual tail (and tail_first_block) it takes
+  // over. Null otherwise; ignored by element formats.
+  std::shared_ptr<const KvBlob> imported_tail;
 };
 
 // A sequence the engine already holds: compute its next tokens.
@@ -61,6 +100,10 @@ struct StepPlan {
   // preempted). Their blocks are the scheduler's to reuse.
   std::vector<SequenceId> finished;
   std::vector<BlockCopy> block_copies;
+  // KV transfers, run before the forward pass, in this order: block copies, imports, exports
+  // (an export sees imported and copied blocks).
+  std::vector<KvImport> kv_imports;
+  std::vector<KvExport> kv_exports;
   std::vector<NewSequencePlan> new_sequences;
   std::vector<ContinuingSequencePlan> continuing;
 };

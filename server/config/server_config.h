@@ -63,6 +63,27 @@ struct ServerConfig {
   int64_t drain_timeout_s = 30;
   int64_t livez_step_timeout_s = 60;
   int64_t livez_max_failed_steps = 5;
+  // Cluster (shared/ARCHITECTURE.md §6; proto/loom/v1/cluster.proto).
+  std::string role = "instance";  // "instance" serves; "manager" runs the control plane
+  std::string instance_id;        // unique in the cluster; empty = host:port
+  std::string cluster_manager;    // the manager's gRPC host:port; empty = standalone
+  std::string advertise_host;     // how other instances reach this one; empty = host
+  int64_t cluster_report_interval_ms = 100;
+  double priority_headroom_fraction = 0.5;  // of the blocks, while high-priority requests run
+  int64_t high_priority_below = 0;          // priority values below this are high priority
+  int64_t migration_max_stages = 3;
+  int64_t migration_last_stage_blocks = 4;
+  int64_t migration_timeout_ms = 5000;
+  int64_t migration_max_in_flight = 1;  // per instance, in and out together
+  int64_t reservation_timeout_ms = 10000;
+  // Manager.
+  int64_t manager_instance_timeout_ms = 3000;
+  int64_t manager_dispatch_top_k = 2;
+  int64_t manager_pair_interval_ms = 500;
+  double manager_migrate_out_below = 3.0;  // freeness (decode steps)
+  double manager_migrate_in_above = 10.0;
+  double manager_scale_out_below = 5.0;     // average freeness
+  double manager_scale_in_above = 60.0;
 };
 
 // Where values come from besides the flags (tests inject a fake environment).
