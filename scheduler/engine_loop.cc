@@ -34,11 +34,51 @@ std::shared_ptr<RequestStream> EngineLoop::Submit(SchedRequest request) {
 }
 
 void EngineLoop::Abort(RequestId id) {
+  std::function<void(RequestId)> listener;
   {
     std::lock_guard<std::mutex> lock(mu_);
     aborts_.push_back(id);
+    listener = abort_listener_;
+  }
+  if (listener) listener(id);
+  cv_.notify_one();
+}
+
+void EngineLoop::Post(Command command) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    commands_.push_back(std::move(command));
   }
   cv_.notify_one();
+}
+
+void EngineLoop::SetAbortListener(std::function<void(RequestId)> listener) {
+  std::lock_guard<std::mutex> lock(mu_);
+  abort_listener_ = std::move(listener);
+}
+
+std::shared_ptr<RequestStream> LoopAccess::DetachStream(RequestId id) {
+  auto it = loop_.streams_.find(id);
+  if (it == loop_.streams_.end()) return nullptr;
+  std::shared_ptr<RequestStream> stream = std::move(it->second.stream);
+  loop_.streams_.erase(it);
+  return stream;
+}
+
+void LoopAccess::AttachStream(RequestId id, std::shared_ptr<RequestStream> stream,
+                              int32_t num_choices) {
+  stream->MarkAccepted();
+  loop_.streams_[id] = EngineLoop::Entry{std::move(stream), num_choices};
+}
+
+void LoopAccess::AfterNextStep(std::function<void(bool ok)> done) {
+  loop_.after_step_.push_back(std::move(done));
+}
+
+void EngineLoop::RunAfterStep(bool ok) {
+  std::vector<std::function<void(bool)>> callbacks;
+  callbacks.swap(after_step_);
+  for (auto& done : callbacks) done(ok);
 }
 
 void EngineLoop::AbortChoice(RequestId id, int32_t index) {
@@ -70,9 +110,17 @@ void EngineLoop::Stop() {
 
 void EngineLoop::Run() {
   while (DrainInbox()) {
-    if (scheduler_.HasWork()) RunOneStep();
-    if (device_lost_) return;
+    if (scheduler_.HasWork()) {
+      RunOneStep();
+    } else {
+      RunAfterStep(true);  // nothing queued a transfer: nothing to wait for
+    }
+    if (device_lost_) {
+      RunAfterStep(false);
+      return;
+    }
   }
+  RunAfterStep(false);
   // Stopping: everything still here ends as aborted, and the engine lets go of it.
   for (auto& [id, entry] : streams_) scheduler_.Abort(id);
   if (scheduler_.HasWork()) {
@@ -100,11 +148,12 @@ bool EngineLoop::DrainInbox() {
   std::vector<Submission> inbox;
   std::vector<RequestId> aborts;
   std::vector<std::pair<RequestId, int32_t>> choice_aborts;
+  std::vector<Command> commands;
   {
     std::unique_lock<std::mutex> lock(mu_);
     const auto has_input = [&] {
       return stopping_ || !inbox_.empty() || !aborts_.empty() || !choice_aborts_.empty() ||
-             scheduler_.HasWork();
+             !commands_.empty() || scheduler_.HasWork() || !after_step_.empty();
     };
     if (!has_input()) {
       stats_.idle = true;
@@ -116,6 +165,7 @@ bool EngineLoop::DrainInbox() {
     inbox.swap(inbox_);
     aborts.swap(aborts_);
     choice_aborts.swap(choice_aborts_);
+    commands.swap(commands_);
   }
   for (Submission& s : inbox) {
     const RequestId id = s.request.id;
@@ -132,6 +182,10 @@ bool EngineLoop::DrainInbox() {
   }
   for (RequestId id : aborts) scheduler_.Abort(id);
   for (const auto& [id, index] : choice_aborts) scheduler_.AbortChoice(id, index);
+  if (!commands.empty()) {
+    LoopAccess access(*this, scheduler_, clock_());
+    for (Command& command : commands) command(access);
+  }
   return true;
 }
 
@@ -168,6 +222,7 @@ void EngineLoop::RunOneStep() {
     stats_.last_progress_ms = clock_();
   }
   Publish(scheduler_.TakeOutputs());
+  RunAfterStep(!failed);
 }
 
 // The step did not complete: the requests of the sequences it touched end with the error, the

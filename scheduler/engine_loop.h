@@ -50,6 +50,34 @@ struct EngineLoopStats {
   int64_t last_progress_ms = 0;
 };
 
+class EngineLoop;
+
+// What a command posted to the loop (EngineLoop::Post) may touch, on the loop thread between
+// steps. The cluster's migration protocol works through it.
+class LoopAccess {
+ public:
+  Scheduler& scheduler() { return scheduler_; }
+  int64_t now_ms() const { return now_ms_; }
+  // The request's stream leaves the loop, which publishes nothing more to it (a migration
+  // committed elsewhere: the caller relays the destination's outputs into it). Null if the loop
+  // has no stream for `id`.
+  std::shared_ptr<RequestStream> DetachStream(RequestId id);
+  // Outputs of request `id` (already added to the scheduler) go to `stream` from now on.
+  void AttachStream(RequestId id, std::shared_ptr<RequestStream> stream, int32_t num_choices);
+  // Calls `done` on the loop thread once the next step has run (or at once, when there is no
+  // work to step): true when that step's plan ran, false when it failed or the loop stopped.
+  // Transfers the command queued travel in that step.
+  void AfterNextStep(std::function<void(bool ok)> done);
+
+ private:
+  friend class EngineLoop;
+  LoopAccess(EngineLoop& loop, Scheduler& scheduler, int64_t now_ms)
+      : loop_(loop), scheduler_(scheduler), now_ms_(now_ms) {}
+  EngineLoop& loop_;
+  Scheduler& scheduler_;
+  int64_t now_ms_;
+};
+
 class EngineLoop {
  public:
   using Clock = std::function<int64_t()>;  // milliseconds, monotonic
@@ -69,6 +97,15 @@ class EngineLoop {
   void AbortChoice(RequestId id, int32_t index);
 
   EngineLoopStats Stats() const;
+
+  // Runs `command` on the loop thread before the next step (commands run in order). Commands
+  // left when the loop stops are dropped unrun (their owners see no AfterNextStep callback
+  // other than false).
+  using Command = std::function<void(LoopAccess&)>;
+  void Post(Command command);
+  // Called with every Abort, on the caller's thread (before the loop sees it): the cluster
+  // forwards aborts of requests that now run elsewhere.
+  void SetAbortListener(std::function<void(RequestId)> listener);
 
   // Called once, on the loop's thread, after a fatal device error has failed every request.
   using FatalHandler = std::function<void(const absl::Status&)>;
@@ -92,6 +129,8 @@ class EngineLoop {
   void FailStep(const absl::Status& error, bool engine_applied_plan,
                 const std::vector<SequenceId>* touched);
   void FailEverything(const absl::Status& error);
+  void RunAfterStep(bool ok);
+  friend class LoopAccess;
 
   Executor& executor_;
   Clock clock_;
@@ -107,6 +146,9 @@ class EngineLoop {
   std::vector<Submission> inbox_;
   std::vector<RequestId> aborts_;
   std::vector<std::pair<RequestId, int32_t>> choice_aborts_;
+  std::vector<Command> commands_;
+  std::function<void(RequestId)> abort_listener_;
+  std::vector<std::function<void(bool)>> after_step_;  // loop thread only
   bool stopping_ = false;
   bool device_lost_ = false;  // loop thread only
   FatalHandler fatal_handler_;

@@ -108,7 +108,7 @@ void Scheduler::AbortChoice(RequestId id, int32_t index) { choice_aborts_.emplac
 
 bool Scheduler::HasWork() const {
   return !running_.empty() || !waiting_.empty() || !released_.empty() || !aborts_.empty() ||
-         !choice_aborts_.empty();
+         !choice_aborts_.empty() || !pending_exports_.empty() || !pending_imports_.empty();
 }
 
 }  // namespace loom

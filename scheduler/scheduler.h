@@ -33,13 +33,16 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "engine/api/model_info.h"
 #include "engine/api/step.h"
+#include "absl/status/statusor.h"
 #include "scheduler/block_pool.h"
+#include "scheduler/load.h"
 #include "scheduler/request.h"
 
 namespace loom {
@@ -67,6 +70,33 @@ struct SchedulerStats {
   int64_t prefix_cache_hit_tokens = 0;      // cumulative
   int64_t num_preemptions = 0;              // cumulative
   int64_t num_waiting_prompt_tokens = 0;    // prompt tokens of waiting requests (admission)
+  int32_t num_migrating_out = 0;            // requests frozen for a migration's last stage
+  int32_t num_reserved_blocks = 0;          // held for incoming migrations
+};
+
+// Live migration (shared/ARCHITECTURE.md §6): what the destination needs to resume a request.
+struct MigrantState {
+  SchedRequest params;  // n == 1
+  // The prompt followed by every generated token (all of them already reported to the client).
+  std::vector<TokenId> tokens;
+  // Leading tokens whose K/V the migrated blocks hold; the destination computes the rest.
+  int32_t num_computed = 0;
+  int32_t num_cached_tokens = 0;
+};
+
+// A pre-copy or last stage of a migration out: the export added to the next plan. Its blob is
+// filled once that step has run.
+struct MigrationExport {
+  std::shared_ptr<KvBlob> blob;
+  int32_t first_block = 0;
+  int32_t num_blocks = 0;
+  // Blocks the destination needs in all (so far): full computed blocks for a pre-copy stage,
+  // every computed block for the last one.
+  int32_t total_blocks = 0;
+  // Last stage only: the request as it is frozen.
+  MigrantState state;
+  // The engine sequence at the start of the migration; a preemption changes it.
+  SequenceId seq_id;
 };
 
 class Scheduler {
@@ -114,6 +144,55 @@ class Scheduler {
   SchedulerStats Stats() const;
   const BlockPool& block_pool() const { return pool_; }
 
+  // ---- Cluster ----------------------------------------------------------------------------
+  // The load report of scheduler/load.h from the current state (`high_priority_below`: priority
+  // values below it are high priority).
+  LoadReport Load(bool draining, int32_t high_priority_below,
+                  double priority_headroom_fraction) const;
+  // Blocks held by the running request that is cheapest to move (decode phase, n == 1, not
+  // migrating), and its id; nullopt when none can move. For the migration policy.
+  std::optional<std::pair<RequestId, int32_t>> ShortestMovableRequest() const;
+  // Ids of every request that could move (n == 1, not scoring its prompt, not migrating).
+  std::vector<RequestId> MovableRequests() const;
+
+  // Migration out (source). A request can move when it has one choice, is not reporting prompt
+  // log-probabilities and is not already migrating; it may be running (decode or prefill) or
+  // waiting (its state moves without KV). Begin marks it; the stages then export:
+  //   ExportForMigration(id, first_block, /*freeze=*/false): the request keeps running; exports
+  //     its full, computed blocks from first_block (they no longer change).
+  //   ExportForMigration(id, first_block, /*freeze=*/true): freezes it (it leaves the batch, can
+  //     be neither scheduled nor preempted) and exports every remaining computed block and its
+  //     residual tail; the returned state is what the destination resumes.
+  // Errors: NotFound (finished, or unknown), Aborted (preempted since Begin: restart it), or
+  // FailedPrecondition (cannot move). CommitMigrateOut ends a frozen request here without an
+  // output (the destination owns it now); CancelMigrateOut puts it back where it was (running
+  // with its blocks, or waiting). An aborted or expired frozen request finishes as usual.
+  absl::Status BeginMigrateOut(RequestId id);
+  absl::StatusOr<MigrationExport> ExportForMigration(RequestId id, int32_t first_block,
+                                                     bool freeze);
+  void CommitMigrateOut(RequestId id);
+  void CancelMigrateOut(RequestId id);
+
+  // Migration in (destination). Reserve holds `num_blocks` more free blocks under a reservation
+  // (0 = a new one); ResourceExhausted when they are not free (taking them would evict cached
+  // blocks, which is fine) or the reservation is unknown. Every call refreshes the reservation's
+  // clock; ExpireReservations frees those idle since `older_than_ms`.
+  absl::StatusOr<uint64_t> Reserve(uint64_t reservation, int32_t num_blocks, int64_t now_ms);
+  int32_t ReservedBlocks(uint64_t reservation) const;
+  // Writes `blob` into reserved blocks [first_block, first_block + blob->num_blocks) in the
+  // next plan.
+  absl::Status ImportForMigration(uint64_t reservation, int32_t first_block,
+                                  std::shared_ptr<const KvBlob> blob, int64_t now_ms);
+  void ReleaseReservation(uint64_t reservation);
+  void ExpireReservations(int64_t older_than_ms);
+  // Installs a migrated request under `id` with the reservation's blocks (none for a request
+  // that moves without KV): it runs from the next step, computing from state.num_computed.
+  // `tail` is the exported blob carrying a low-bit format's residual tail (may be null).
+  // InvalidArgument for a state that does not fit (context, blocks), ResourceExhausted when the
+  // sequence cap is reached.
+  absl::Status ResumeMigrated(RequestId id, uint64_t reservation, const MigrantState& state,
+                              std::shared_ptr<const KvBlob> tail);
+
   // Full consistency check for tests: block ownership matches reference counts, every running
   // sequence's blocks cover its computed tokens, no block is owned twice by one sequence.
   absl::Status CheckInvariants() const;
@@ -142,6 +221,7 @@ class Scheduler {
   void MarkAdmitted(Req& req);
   bool Eligible(const Seq& seq) const;
   void InsertRunning(Seq* seq);
+  Seq* MovableSeq(RequestId id, absl::Status* why);
   template <typename List>
   static void Erase(List& list, const Seq* seq) {
     list.erase(std::remove(list.begin(), list.end(), seq), list.end());
@@ -176,6 +256,17 @@ class Scheduler {
   int64_t hit_tokens_ = 0;
   int64_t num_preemptions_ = 0;
   int64_t now_ms_ = 0;  // of the Schedule call in progress
+  // Cluster: frozen sequences (a migration's last stage), transfers for the next plan, and
+  // blocks reserved for incoming migrations.
+  std::vector<Seq*> frozen_;
+  std::vector<KvExport> pending_exports_;
+  std::vector<KvImport> pending_imports_;
+  struct Reservation {
+    std::vector<BlockId> blocks;
+    int64_t last_used_ms = 0;
+  };
+  absl::flat_hash_map<uint64_t, Reservation> reservations_;
+  uint64_t next_reservation_ = 1;
 };
 
 }  // namespace loom

@@ -17,10 +17,16 @@ struct Scheduler::Req {
   int32_t num_finished = 0;
   bool admitted = false;      // choice 0 has run at least once
   bool prompt_ready = false;  // choice 0 has computed the whole prompt once
+  // Live migration out in progress: the engine sequence it started from (a preemption changes
+  // it, which aborts the migration).
+  bool migrating = false;
+  SequenceId migrating_from;
 };
 
 struct Scheduler::Seq {
-  enum class State { kWaiting, kRunning, kFinished };
+  // kFrozen: parked for a migration's last stage (holds its blocks; neither scheduled nor
+  // preempted). `frozen_waiting` says where CancelMigrateOut puts it back.
+  enum class State { kWaiting, kRunning, kFrozen, kFinished };
   Req* req = nullptr;
   int32_t index = 0;
   State state = State::kWaiting;
@@ -37,6 +43,9 @@ struct Scheduler::Seq {
   // Prompt positions whose log-probabilities were reported (choice 0, prompt_logprobs >= 0);
   // kept across preemptions, so a recomputed prompt reports none twice.
   int32_t num_prompt_logprobs = 0;
+  bool frozen_waiting = false;
+  // Resumed from a migration: the blob with its residual tail, for its first plan.
+  std::shared_ptr<const KvBlob> imported_tail;
 
   int32_t num_generated() const { return static_cast<int32_t>(tokens.size()) - num_prompt; }
   // Whether this sequence still owes prompt log-probabilities: it must compute its whole prompt

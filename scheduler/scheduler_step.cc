@@ -29,6 +29,18 @@ StepPlan Scheduler::Schedule(int64_t now_ms) {
   if (num_preemptions_ == preemptions_before) ScheduleWaiting(&budget, plan);
   plan.finished = std::move(released_);
   released_.clear();
+  // An export of a sequence this plan releases is dropped: its blob stays empty (no layout),
+  // and the migration that asked for it sees the sequence gone at its next stage.
+  for (KvExport& e : pending_exports_) {
+    if (e.tail_of.value() != 0 &&
+        std::find(plan.finished.begin(), plan.finished.end(), e.tail_of) != plan.finished.end()) {
+      continue;
+    }
+    plan.kv_exports.push_back(std::move(e));
+  }
+  pending_exports_.clear();
+  plan.kv_imports = std::move(pending_imports_);
+  pending_imports_.clear();
   last_finished_ = plan.finished;
   num_new_in_flight_ = new_in_flight_.size();
   // The result lists new sequences first, then continuing ones, in plan order.
@@ -53,6 +65,27 @@ void Scheduler::ScheduleRunning(Seq& seq, int32_t* budget, StepPlan& plan) {
     Seq* victim = LeastImportantRunning();
     Preempt(*victim);
     if (victim == &seq) return;
+  }
+  if (!seq.known) {
+    // Resumed from a migration: the engine meets it now, with its imported blocks.
+    seq.id = SequenceId(next_seq_id_++);
+    seq.known = true;
+    if (seq.first_scheduled_ms < 0) seq.first_scheduled_ms = now_ms_;
+    NewSequencePlan p;
+    p.seq_id = seq.id;
+    p.token_ids = seq.tokens;
+    p.num_prompt_tokens = seq.num_prompt;
+    p.block_table = seq.blocks;
+    p.num_computed_tokens = seq.num_computed;
+    p.num_scheduled_tokens = num_new;
+    p.sampling = seq.req->params.sampling;
+    p.sampling.prompt_logprobs = -1;
+    p.imported_tail = std::move(seq.imported_tail);
+    seq.imported_tail = nullptr;
+    plan.new_sequences.push_back(std::move(p));
+    new_in_flight_.emplace_back(&seq, num_new);
+    *budget -= num_new;
+    return;
   }
   plan.continuing.push_back(ContinuingSequencePlan{seq.id, std::move(added), num_new});
   in_flight_.emplace_back(&seq, num_new);
@@ -177,6 +210,7 @@ Scheduler::Seq* Scheduler::LeastImportantRunning() const {
 void Scheduler::Release(Seq& seq) {
   if (seq.known) released_.push_back(seq.id);
   seq.known = false;
+  seq.imported_tail = nullptr;
   // Last block first: the tail of a prefix is evicted before its head.
   pool_.Release(std::vector<BlockId>(seq.blocks.rbegin(), seq.blocks.rend()));
   seq.blocks.clear();
@@ -217,6 +251,9 @@ void Scheduler::Finish(Seq& seq, FinishReason reason) {
   if (seq.state == Seq::State::kRunning) {
     Release(seq);
     Erase(running_, &seq);
+  } else if (seq.state == Seq::State::kFrozen) {
+    Release(seq);
+    Erase(frozen_, &seq);
   } else {
     Erase(waiting_, &seq);
   }

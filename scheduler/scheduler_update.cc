@@ -137,6 +137,10 @@ SchedulerStats Scheduler::Stats() const {
   s.prefix_cache_hit_tokens = hit_tokens_;
   s.num_preemptions = num_preemptions_;
   s.num_waiting_prompt_tokens = waiting_prompt_tokens_;
+  s.num_migrating_out = static_cast<int32_t>(frozen_.size());
+  for (const auto& [id, r] : reservations_) {
+    s.num_reserved_blocks += static_cast<int32_t>(r.blocks.size());
+  }
   return s;
 }
 
@@ -144,7 +148,12 @@ absl::Status Scheduler::CheckInvariants() const {
   LOOM_RETURN_IF_ERROR(pool_.CheckInvariants());
   std::vector<int32_t> owners(pool_.num_blocks(), 0);
   const int32_t bs = pool_.block_size();
-  for (const Seq* seq : running_) {
+  std::vector<const Seq*> holders(running_.begin(), running_.end());
+  holders.insert(holders.end(), frozen_.begin(), frozen_.end());
+  for (const auto& [id, r] : reservations_) {
+    for (BlockId b : r.blocks) ++owners[b.value()];
+  }
+  for (const Seq* seq : holders) {
     absl::flat_hash_set<int32_t> own;
     for (BlockId b : seq->blocks) {
       if (!own.insert(b.value()).second) {

@@ -402,6 +402,7 @@ class GrpcServer::Impl {
     builder.AddListeningPort(StrCat(options.host, ":", options.port), creds, &port_);
     builder.RegisterService(&service_);
     builder.RegisterService(reflection_v1_.get());
+    for (grpc::Service* service : options.extra_services) builder.RegisterService(service);
     server_ = builder.BuildAndStart();
     if (server_ == nullptr || port_ == 0) {
       return absl::UnavailableError(

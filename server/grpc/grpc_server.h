@@ -12,10 +12,15 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "server/serving/serving_context.h"
 #include "server/serving/work_queue.h"
+
+namespace grpc {
+class Service;
+}
 
 namespace loom {
 
@@ -25,6 +30,8 @@ struct GrpcServerOptions {
   // PEM files; both empty = plaintext.
   std::string tls_cert_file;
   std::string tls_key_file;
+  // More services on the same port (the internal cluster API); they must outlive the server.
+  std::vector<grpc::Service*> extra_services;
 };
 
 class GrpcServer {

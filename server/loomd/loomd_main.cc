@@ -18,6 +18,9 @@
 #include "engine/common/strings.h"
 #include "engine/runtime/local_executor.h"
 #include "server/api/router.h"
+#include "server/cluster/cluster_agent.h"
+#include "server/cluster/instance_service.h"
+#include "server/cluster/migrator.h"
 #include "server/config/server_config.h"
 #include "server/grpc/grpc_server.h"
 #include "server/http/http_server.h"
@@ -174,10 +177,22 @@ int Run(const std::vector<std::string>& args) {
     std::fprintf(stderr, "loomd: %s\n", std::string(server.status().message()).c_str());
     return 1;
   }
+  // The cluster (shared/ARCHITECTURE.md §6): the internal Instance service shares the gRPC port;
+  // with a manager configured, the agent reports load and carries out its orders.
+  const std::string advertise = config.advertise_host.empty() || config.advertise_host == "0.0.0.0"
+                                    ? (config.host == "0.0.0.0" ? "127.0.0.1" : config.host)
+                                    : config.advertise_host;
+  // Names this instance in logs and request keys; the gRPC address once it is known.
+  std::string instance_id =
+      config.instance_id.empty() ? StrCat(advertise, "/", getpid()) : config.instance_id;
+  cluster::Migrator migrator(ctx, instance_id);
+  engine.SetAbortListener([&migrator](RequestId id) { migrator.OnAbort(id); });
+  cluster::InstanceService instance_service(ctx, migrator);
   std::unique_ptr<GrpcServer> grpc;
   if (config.grpc_port >= 0) {
     GrpcServerOptions grpc_options{config.host, static_cast<int>(config.grpc_port),
-                                   config.grpc_tls_cert_file, config.grpc_tls_key_file};
+                                   config.grpc_tls_cert_file, config.grpc_tls_key_file,
+                                   {&instance_service}};
     absl::StatusOr<std::unique_ptr<GrpcServer>> started =
         GrpcServer::Start(grpc_options, ctx, work, LOOM_VERSION);
     if (!started.ok()) {
@@ -197,6 +212,19 @@ int Run(const std::vector<std::string>& args) {
     return 1;
   }
   ctx.warmed_up = true;
+  std::unique_ptr<cluster::ClusterAgent> agent;
+  if (!config.cluster_manager.empty()) {
+    if (grpc == nullptr) {
+      LOOM_LOG(kWarning, "cluster_manager is set but grpc_port is off: not joining the cluster");
+    } else {
+      const std::string grpc_address = StrCat(advertise, ":", grpc->port());
+      if (config.instance_id.empty()) instance_id = grpc_address;
+      agent = std::make_unique<cluster::ClusterAgent>(ctx, migrator, instance_id, grpc_address,
+                                                      StrCat(advertise, ":", (*server)->port()));
+      agent->Start();
+      LOOM_LOG(kInfo, "cluster: instance ", instance_id, " reports to ", config.cluster_manager);
+    }
+  }
   // The port line is what scripts and tests wait for (it comes last).
   std::printf("loomd listening on %s:%d\n", config.host.c_str(), (*server)->port());
   std::fflush(stdout);
@@ -206,6 +234,7 @@ int Run(const std::vector<std::string>& args) {
   if (signal_number == SIGUSR1) {
     LOOM_LOG(kError, "the device was lost (see the error above); exiting for a restart");
     ctx.draining = true;
+    if (agent != nullptr) agent->Stop();
     (*server)->Stop();
     if (grpc != nullptr) grpc->Stop();
     engine.Stop();
@@ -225,6 +254,7 @@ int Run(const std::vector<std::string>& args) {
   }
   // The last bytes are queued; give the sockets a moment, then close everything.
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  if (agent != nullptr) agent->Stop();
   (*server)->Stop();
   if (grpc != nullptr) grpc->Stop();
   engine.Stop();

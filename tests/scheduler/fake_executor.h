@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <thread>
 #include <cstdint>
 #include <string>
@@ -72,6 +73,41 @@ class FakeExecutor : public Executor {
     for (SequenceId id : plan.finished) {
       if (seqs_.erase(id) == 0) return Fail(StrCat("finished unknown sequence ", id));
     }
+    // KV transfers: a block's bytes are its slots' token ids (int32 each).
+    const int32_t bs = capacity_.block_size;
+    for (const KvImport& im : plan.kv_imports) {
+      if (im.data == nullptr || im.data->layout != "fake" ||
+          im.data->num_blocks != static_cast<int32_t>(im.blocks.size()) ||
+          im.data->blocks.size() != im.blocks.size() * bs * sizeof(int32_t)) {
+        return Fail("malformed import");
+      }
+      for (const auto& [id, seq] : seqs_) {
+        for (BlockId b : im.blocks) {
+          if (std::find(seq.blocks.begin(), seq.blocks.end(), b) != seq.blocks.end()) {
+            return Fail(StrCat("import into block ", b, " of live sequence ", id));
+          }
+        }
+      }
+      for (size_t i = 0; i < im.blocks.size(); ++i) {
+        std::memcpy(&slots_[static_cast<size_t>(im.blocks[i].value()) * bs],
+                    im.data->blocks.data() + i * bs * sizeof(int32_t), bs * sizeof(int32_t));
+      }
+      ++num_imports_;
+    }
+    for (const KvExport& ex : plan.kv_exports) {
+      if (ex.out == nullptr) return Fail("export without a blob");
+      if (ex.tail_of.value() != 0 && !seqs_.contains(ex.tail_of)) {
+        return Fail(StrCat("export of the tail of unknown sequence ", ex.tail_of));
+      }
+      ex.out->layout = "fake";
+      ex.out->num_blocks = static_cast<int32_t>(ex.blocks.size());
+      ex.out->blocks.resize(ex.blocks.size() * bs * sizeof(int32_t));
+      for (size_t i = 0; i < ex.blocks.size(); ++i) {
+        std::memcpy(ex.out->blocks.data() + i * bs * sizeof(int32_t),
+                    &slots_[static_cast<size_t>(ex.blocks[i].value()) * bs], bs * sizeof(int32_t));
+      }
+      ++num_exports_;
+    }
     StepResult result;
     result.step_id = plan.step_id;
     int32_t total = 0;
@@ -122,6 +158,8 @@ class FakeExecutor : public Executor {
   // Makes every step take at least this long (tests that must act while a request runs).
   void set_step_delay(std::chrono::microseconds delay) { step_delay_ = delay; }
   int64_t num_steps() const { return num_steps_; }
+  int64_t num_imports() const { return num_imports_; }
+  int64_t num_exports() const { return num_exports_; }
 
  private:
   struct Seq {
@@ -181,6 +219,8 @@ class FakeExecutor : public Executor {
   std::vector<TokenId> slots_;
   absl::flat_hash_map<SequenceId, Seq> seqs_;
   int64_t num_steps_ = 0;
+  int64_t num_imports_ = 0;
+  int64_t num_exports_ = 0;
   std::chrono::microseconds step_delay_{0};
 };
 

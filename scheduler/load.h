@@ -1,0 +1,45 @@
+// An instance's load as the cluster sees it (shared/ARCHITECTURE.md §6, Llumnix's freeness).
+//
+// Sign convention (the only one in loom): freeness is the number of decode steps the current
+// batch can still run before the KV cache is full, counting virtual demand. Higher means less
+// loaded; 0 means full; negative means queued demand already exceeds the free memory. A
+// draining instance reports -infinity (it wants every request moved off). The manager migrates
+// out of instances below a threshold and into instances above another, and dispatches to the
+// highest `dispatch_freeness`.
+//
+//   freeness          = (free blocks - virtual demand) / max(batch size, 1)
+//   virtual demand    = blocks the head-of-line waiting request still needs (de-fragmentation:
+//                       an instance that cannot start its next request looks loaded and sheds
+//                       running requests), plus a headroom while a high-priority request runs
+//                       (priority_headroom_fraction of the cache), plus infinity while draining
+//   dispatch_freeness = (free blocks - every waiting request's demand - headroom)
+//                       / max(running + waiting, 1)
+#pragma once
+
+#include <cstdint>
+
+namespace loom {
+
+struct LoadInputs {
+  int32_t num_blocks = 0;
+  int32_t num_free_blocks = 0;
+  int32_t num_running = 0;  // sequences holding blocks (the batch)
+  int32_t num_waiting = 0;
+  int32_t num_preempted_waiting = 0;  // waiting sequences that ran before (preempted)
+  int32_t head_of_line_blocks = 0;  // blocks the first waiting sequence needs (0: none)
+  int64_t waiting_blocks = 0;       // blocks every waiting sequence needs
+  bool has_high_priority = false;
+  double priority_headroom_fraction = 0.5;
+  bool draining = false;
+};
+
+struct LoadReport {
+  LoadInputs inputs;
+  double freeness = 0;
+  double dispatch_freeness = 0;
+};
+
+// The formulas above; pure.
+LoadReport ComputeLoad(const LoadInputs& in);
+
+}  // namespace loom

@@ -1,0 +1,374 @@
+#include "server/cluster/migrator.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "engine/common/logging.h"
+#include "engine/common/strings.h"
+#include "server/cluster/loop_call.h"
+#include "server/cluster/wire.h"
+
+namespace loom::cluster {
+namespace {
+
+// Bytes per PushBlocks message: under gRPC's default 4 MiB message limit.
+constexpr int64_t kMaxPushBytes = int64_t{2} << 20;
+
+double MsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+// A moved request's outputs on their way back: the Resume call and the client's stream.
+struct Migrator::Relay {
+  RequestId id;
+  grpc::ClientContext call;
+  std::unique_ptr<grpc::ClientReader<v1::RemoteOutput>> reader;
+  Answer<bool> accepted;                         // the first message arrived (or the call ended)
+  Answer<std::shared_ptr<RequestStream>> stream;  // null: the move was called off
+  Answer<bool> first_output;
+  std::atomic<bool> client_gone{false};
+};
+
+Migrator::Migrator(ServingContext& context, std::string instance_id)
+    : ctx_(context), instance_id_(std::move(instance_id)) {}
+
+Migrator::~Migrator() {
+  std::unique_lock<std::mutex> lock(mu_);
+  stopping_ = true;
+  for (auto& [id, relay] : relays_) {
+    relay->call.TryCancel();
+    relay->stream.Set(nullptr);
+  }
+  done_cv_.wait(lock, [&] { return active_threads_ == 0; });
+}
+
+int32_t Migrator::num_relays() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int32_t>(relays_.size());
+}
+
+void Migrator::AddAuth(grpc::ClientContext& call) const {
+  if (!ctx_.config.api_keys.empty()) {
+    call.AddMetadata("authorization", "Bearer " + ctx_.config.api_keys.front());
+  }
+}
+
+std::shared_ptr<grpc::Channel> Migrator::ChannelTo(const std::string& address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = channels_.find(address);
+  if (it != channels_.end()) return it->second;
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  auto channel =
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  channels_.emplace(address, channel);
+  return channel;
+}
+
+void Migrator::OnAbort(RequestId id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = relays_.find(id);
+  if (it == relays_.end()) return;
+  it->second->client_gone = true;
+  it->second->call.TryCancel();
+}
+
+std::vector<MigrationOutcome> Migrator::MigrateOut(const std::string& address,
+                                                   int32_t max_requests,
+                                                   std::optional<RequestId> only) {
+  std::lock_guard<std::mutex> one_at_a_time(migrate_mu_);
+  std::vector<MigrationOutcome> results;
+  auto stub = v1::Instance::NewStub(ChannelTo(address));
+  std::vector<RequestId> tried;
+  for (;;) {
+    if (max_requests > 0 && static_cast<int32_t>(results.size()) >= max_requests) break;
+    std::optional<RequestId> next = only;
+    if (!only.has_value()) {
+      // The shortest running request first (least to copy), then waiting ones.
+      std::optional<std::optional<RequestId>> pick = CallOnLoop<std::optional<RequestId>>(
+          *ctx_.engine, ctx_.config.migration_timeout_ms,
+          [tried](LoopAccess& loop, std::function<void(std::optional<RequestId>)> reply) {
+            std::vector<RequestId> ids = loop.scheduler().MovableRequests();
+            auto shortest = loop.scheduler().ShortestMovableRequest();
+            std::optional<RequestId> best;
+            if (shortest && std::find(tried.begin(), tried.end(), shortest->first) == tried.end()) {
+              best = shortest->first;
+            }
+            for (RequestId id : ids) {
+              if (best) break;
+              if (std::find(tried.begin(), tried.end(), id) == tried.end()) best = id;
+            }
+            reply(best);
+          });
+      if (!pick.has_value() || !pick->has_value()) break;
+      next = **pick;
+    }
+    tried.push_back(*next);
+    ++in_flight_;
+    MigrationOutcome r = MigrateOne(*next, address, *stub);
+    --in_flight_;
+    if (r.outcome == "committed") {
+      ++committed_;
+    } else if (r.outcome == "failed") {
+      ++failed_;
+    } else {
+      ++aborted_;
+    }
+    LOOM_LOG(kInfo, "migration of request ", r.request_id, " to ", address, ": ", r.outcome,
+             r.reason.empty() ? "" : " (", r.reason, r.reason.empty() ? "" : ")", ", ",
+             r.stages, " stages, ", r.blocks_copied, " blocks, downtime ", r.downtime_ms, " ms");
+    results.push_back(std::move(r));
+    if (only.has_value()) break;
+  }
+  return results;
+}
+
+// Reads the destination's outputs into the client's stream until the request ends there.
+void Migrator::RunRelay(Relay& relay) {
+  v1::RemoteOutput msg;
+  if (!relay.reader->Read(&msg) || !msg.accepted()) {
+    relay.accepted.Set(false);
+    (void)relay.reader->Finish();
+    return;
+  }
+  relay.accepted.Set(true);
+  // Wait for the source to commit (or call the move off).
+  std::optional<std::shared_ptr<RequestStream>> stream;
+  while (!(stream = relay.stream.Wait(1000)).has_value()) {
+  }
+  if (*stream == nullptr) {
+    relay.call.TryCancel();
+    (void)relay.reader->Finish();
+    return;
+  }
+  bool finished = false;
+  while (relay.reader->Read(&msg)) {
+    relay.first_output.Set(true);
+    if (!msg.error().empty()) {
+      (*stream)->Fail(absl::InternalError(
+          StrCat("the request failed on the instance it migrated to: ", msg.error())));
+      finished = true;
+      break;
+    }
+    ChoiceOutput out = OutputFromProto(msg, relay.id);
+    finished = out.finish != FinishReason::kNone;
+    (*stream)->Push(std::move(out));
+    if (finished) break;
+  }
+  relay.first_output.Set(true);
+  const grpc::Status status = relay.reader->Finish();
+  if (!finished) {
+    if (relay.client_gone.load()) {
+      ChoiceOutput out;
+      out.request_id = relay.id;
+      out.finish = FinishReason::kAbort;
+      (*stream)->Push(std::move(out));
+    } else {
+      (*stream)->Fail(absl::UnavailableError(
+          StrCat("the instance running this request (after a migration) stopped: ",
+                 status.error_message())));
+    }
+  }
+}
+
+MigrationOutcome Migrator::MigrateOne(RequestId id, const std::string& address,
+                                      v1::Instance::Stub& stub) {
+  MigrationOutcome result;
+  result.request_id = id;
+  const int64_t timeout = ctx_.config.migration_timeout_ms;
+  EngineLoop& loop = *ctx_.engine;
+  uint64_t reservation = 0;
+  bool frozen = false;
+  // Before the commit every failure ends here: the request stays (or is put back) here.
+  auto abort = [&](std::string reason) {
+    // Unfreezes a frozen request; clears the mark of one that kept running.
+    loop.Post([id](LoopAccess& a) { a.scheduler().CancelMigrateOut(id); });
+    if (reservation != 0) {
+      grpc::ClientContext call;
+      AddAuth(call);
+      call.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout));
+      v1::ReleaseRequest rel;
+      rel.set_reservation_id(reservation);
+      v1::ReleaseResponse ignored;
+      (void)stub.Release(&call, rel, &ignored);  // best effort: it also expires
+    }
+    result.outcome = "aborted";
+    result.reason = std::move(reason);
+    return result;
+  };
+
+  std::optional<absl::Status> begun = CallOnLoop<absl::Status>(
+      loop, timeout, [id](LoopAccess& a, std::function<void(absl::Status)> reply) {
+        reply(a.scheduler().BeginMigrateOut(id));
+      });
+  if (!begun.has_value()) return abort("the engine loop did not answer");
+  if (!begun->ok()) {
+    result.outcome = "aborted";
+    result.reason = std::string(begun->message());
+    return result;
+  }
+
+  v1::KvLayout layout;
+  layout.set_layout(ctx_.capacity.kv_layout);
+  layout.set_block_size(ctx_.capacity.block_size);
+  int32_t sent = 0;
+  int32_t reserved = 0;
+  bool last = false;
+  std::chrono::steady_clock::time_point freeze_time;
+  MigrationExport ex;
+  for (int32_t stage = 0; !frozen; ++stage) {
+    last = last || stage + 1 >= ctx_.config.migration_max_stages;
+    if (last) freeze_time = std::chrono::steady_clock::now();
+    using Exported = std::pair<absl::StatusOr<MigrationExport>, bool>;
+    std::optional<Exported> got = CallOnLoop<Exported>(
+        loop, timeout,
+        [id, sent, last](LoopAccess& a, std::function<void(Exported)> reply) {
+          absl::StatusOr<MigrationExport> e = a.scheduler().ExportForMigration(id, sent, last);
+          if (!e.ok()) {
+            reply(Exported(std::move(e), false));
+            return;
+          }
+          a.AfterNextStep([e, reply](bool ok) { reply(Exported(e, ok)); });
+        });
+    if (!got.has_value()) return abort("the engine loop did not answer");
+    if (!got->first.ok()) {
+      if (got->first.status().code() == absl::StatusCode::kNotFound) {
+        loop.Post([id](LoopAccess& a) { a.scheduler().CancelMigrateOut(id); });
+        result.outcome = "aborted";
+        result.reason = "the request finished";
+        return result;
+      }
+      return abort(std::string(got->first.status().message()));
+    }
+    frozen = last;
+    ex = *got->first;
+    if (!got->second) return abort("the export step failed");
+    if (ex.blob != nullptr && ex.num_blocks > 0 && ex.blob->layout.empty()) {
+      return abort("the request was preempted during the export");
+    }
+    ++result.stages;
+    // Reserve what this stage needs, then push its blocks.
+    if (ex.total_blocks > reserved) {
+      grpc::ClientContext call;
+      AddAuth(call);
+      call.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout));
+      v1::ReserveRequest req;
+      *req.mutable_layout() = layout;
+      req.set_reservation_id(reservation);
+      req.set_num_blocks(ex.total_blocks - reserved);
+      req.set_source_instance(instance_id_);
+      v1::ReserveResponse resp;
+      grpc::Status s = stub.Reserve(&call, req, &resp);
+      if (!s.ok()) return abort(StrCat("reserve: ", s.error_message()));
+      if (!resp.ok()) return abort(StrCat("the destination refused: ", resp.reason()));
+      reservation = resp.reservation_id();
+      reserved = ex.total_blocks;
+    }
+    const int64_t per_block = ctx_.capacity.bytes_per_block;
+    const int32_t chunk = static_cast<int32_t>(std::max<int64_t>(1, kMaxPushBytes / per_block));
+    for (int32_t b = 0; b < ex.num_blocks; b += chunk) {
+      const int32_t n = std::min(chunk, ex.num_blocks - b);
+      grpc::ClientContext call;
+      AddAuth(call);
+      call.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout));
+      v1::PushBlocksRequest req;
+      req.set_reservation_id(reservation);
+      req.set_first_block(sent + b);
+      req.set_num_blocks(n);
+      req.set_blocks(ex.blob->blocks.data() + b * per_block, static_cast<size_t>(n * per_block));
+      v1::PushBlocksResponse resp;
+      grpc::Status s = stub.PushBlocks(&call, req, &resp);
+      if (!s.ok()) return abort(StrCat("push: ", s.error_message()));
+      if (!resp.ok()) return abort(StrCat("the destination could not import: ", resp.reason()));
+      result.blocks_copied += n;
+    }
+    sent = ex.total_blocks;
+    if (!frozen && ex.num_blocks <= ctx_.config.migration_last_stage_blocks) last = true;
+  }
+
+  // Commit: the destination installs the request and answers `accepted`.
+  v1::ResumeRequest resume;
+  MigrantToProto(ex.state, &resume);
+  resume.set_request_key(StrCat(instance_id_, "/", id.value()));
+  resume.set_source_instance(instance_id_);
+  resume.set_reservation_id(ex.state.num_computed > 0 ? reservation : 0);
+  *resume.mutable_layout() = layout;
+  if (ex.state.params.deadline_ms > 0) {
+    resume.set_deadline_remaining_ms(
+        std::max<int64_t>(1, ex.state.params.deadline_ms - ctx_.now_ms()));
+  }
+  if (ex.blob != nullptr && !ex.blob->tail.empty()) {
+    resume.set_kv_tail(ex.blob->tail.data(), ex.blob->tail.size());
+    resume.set_kv_tail_first_block(ex.blob->tail_first_block);
+  }
+  if (ex.state.num_computed == 0 && reservation != 0) {
+    // Moves without KV: the reservation is not needed.
+    grpc::ClientContext call;
+    AddAuth(call);
+    call.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout));
+    v1::ReleaseRequest rel;
+    rel.set_reservation_id(reservation);
+    v1::ReleaseResponse ignored;
+    (void)stub.Release(&call, rel, &ignored);
+    reservation = 0;
+  }
+  auto relay = std::make_shared<Relay>();
+  relay->id = id;
+  AddAuth(relay->call);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return abort("the server is stopping");
+    relays_[id] = relay;
+    ++active_threads_;
+  }
+  relay->reader = stub.Resume(&relay->call, resume);
+  std::thread([this, relay]() {
+    RunRelay(*relay);
+    std::lock_guard<std::mutex> lock(mu_);
+    relays_.erase(relay->id);
+    --active_threads_;
+    done_cv_.notify_all();
+  }).detach();
+  std::optional<bool> accepted = relay->accepted.Wait(timeout);
+  if (!accepted.has_value() || !*accepted) {
+    relay->call.TryCancel();  // if it was installed after all, the destination aborts it
+    relay->stream.Set(nullptr);
+    reservation = 0;  // consumed or released by the destination's Resume
+    return abort(accepted.has_value() ? "the destination did not accept the request"
+                                      : "the destination did not answer Resume in time");
+  }
+  // The destination runs it: end it here and hand its stream to the relay.
+  std::optional<std::shared_ptr<RequestStream>> stream =
+      CallOnLoop<std::shared_ptr<RequestStream>>(
+          loop, timeout,
+          [id](LoopAccess& a, std::function<void(std::shared_ptr<RequestStream>)> reply) {
+            std::shared_ptr<RequestStream> s = a.DetachStream(id);
+            if (s != nullptr) {
+              a.scheduler().CommitMigrateOut(id);
+            } else {
+              a.scheduler().CancelMigrateOut(id);  // it ended here meanwhile (client gone)
+            }
+            reply(s);
+          });
+  if (!stream.has_value() || *stream == nullptr) {
+    relay->stream.Set(nullptr);
+    if (!stream.has_value()) {
+      // The loop is stuck: the source may still commit later, but its stream would be lost.
+      loop.Post([id](LoopAccess& a) { a.scheduler().CancelMigrateOut(id); });
+    }
+    result.outcome = "failed";
+    result.reason = "the request ended at the source before the commit";
+    return result;
+  }
+  relay->stream.Set(*stream);
+  result.outcome = "committed";
+  (void)relay->first_output.Wait(timeout);
+  result.downtime_ms = MsSince(freeze_time);
+  return result;
+}
+
+}  // namespace loom::cluster

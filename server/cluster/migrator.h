@@ -1,0 +1,90 @@
+// The source side of live migration (shared/ARCHITECTURE.md §6, Llumnix's multi-stage pre-copy)
+// and the relays that carry a moved request's outputs back to its client's stream.
+//
+// One migration, driven from a caller's thread:
+//   1. Begin (on the loop): the request is marked; a preemption from now on aborts the move.
+//   2. Pre-copy stages: the request's full computed blocks not yet sent are exported at the next
+//      step (it keeps decoding meanwhile), blocks are reserved on the destination and pushed.
+//      Once a stage's delta is at most migration_last_stage_blocks (or after
+//      migration_max_stages - 1 stages), the next stage is the last.
+//   3. Last stage: the request is frozen at a step boundary (its outputs so far are published),
+//      the remaining blocks and the residual tail are exported, pushed, and Resume is called.
+//   4. Commit: when the destination answers `accepted`, the source ends its copy (no output) and
+//      hands the client's stream to a relay, which pushes the destination's outputs into it.
+// Exactly one owner: before the commit, every failure (destination full or gone, timeouts, the
+// request finishing or being preempted) cancels the move — the source unfreezes the request, and
+// the destination's reservation is released (or expires). After it, the destination runs it; if
+// the destination dies, the client's stream ends with a clear error; if the client goes away, the
+// relay's call is cancelled and the destination aborts the request.
+//
+// Thread safety: MigrateOut and OnAbort from any thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "loom/v1/cluster.grpc.pb.h"
+#include "server/serving/serving_context.h"
+
+namespace loom::cluster {
+
+struct MigrationOutcome {
+  RequestId request_id;
+  std::string outcome;  // committed | aborted (still here) | failed (ended with an error)
+  std::string reason;
+  int32_t stages = 0;
+  int32_t blocks_copied = 0;
+  // From the freeze to the first output the destination sent (or its acceptance when the
+  // request had nothing more to say); the request's downtime.
+  double downtime_ms = 0;
+};
+
+class Migrator {
+ public:
+  Migrator(ServingContext& context, std::string instance_id);
+  ~Migrator();  // cancels every relay and waits for them
+
+  // Moves up to `max_requests` (0 = all) movable requests to the instance at `address`, one at
+  // a time, shortest first — or exactly `only` when given. Returns one outcome per attempt.
+  std::vector<MigrationOutcome> MigrateOut(const std::string& address, int32_t max_requests,
+                                           std::optional<RequestId> only);
+  // The engine loop's abort listener: a request relayed from elsewhere is cancelled there.
+  void OnAbort(RequestId id);
+
+  int32_t num_in_flight() const { return in_flight_.load(); }
+  int32_t num_relays() const;
+  // Cumulative outcomes.
+  int64_t num_committed() const { return committed_.load(); }
+  int64_t num_aborted() const { return aborted_.load(); }
+  int64_t num_failed() const { return failed_.load(); }
+
+ private:
+  struct Relay;
+  MigrationOutcome MigrateOne(RequestId id, const std::string& address,
+                              v1::Instance::Stub& stub);
+  void RunRelay(Relay& relay);
+  std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address);
+  void AddAuth(grpc::ClientContext& call) const;
+
+  ServingContext& ctx_;
+  const std::string instance_id_;
+  std::atomic<int32_t> in_flight_{0};
+  std::atomic<int64_t> committed_{0}, aborted_{0}, failed_{0};
+  std::mutex migrate_mu_;  // one migration out at a time (bounded stages and buffers)
+  mutable std::mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_;
+  absl::flat_hash_map<RequestId, std::shared_ptr<Relay>> relays_;
+  int32_t active_threads_ = 0;  // relay threads still running
+  std::condition_variable done_cv_;
+  bool stopping_ = false;
+};
+
+}  // namespace loom::cluster

@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+"""Live migration between two loomd instances (proto/loom/v1/cluster.proto): a request moved
+while it streams gives its client exactly the tokens it would have got without the move (greedy
+and seeded sampling; HTTP and gRPC clients; decode and prompt phase), and the faults leave one
+owner: a destination that is gone before the move leaves the request running at home; one killed
+after the commit ends the client's stream with a clear error while the source keeps serving.
+
+  python tests/integration/cluster_migration_test.py --loomd build/cpu-release/bin/loomd \
+      --model build/models/SmolLM2-135M-Instruct.Q4_1.gguf
+"""
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+import grpc
+import openai
+from grpc_tools import protoc
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ARGS = None
+KEY = "cluster-key"
+PROMPT = "Write a long story about a lighthouse keeper and the sea."
+STUBS = tempfile.TemporaryDirectory()
+
+
+def setUpModule():
+    rc = protoc.main(["protoc", f"-I{ROOT}/proto", f"--python_out={STUBS.name}",
+                      f"--grpc_python_out={STUBS.name}", f"{ROOT}/proto/loom/v1/cluster.proto",
+                      f"{ROOT}/proto/loom/v1/generation.proto"])
+    assert rc == 0
+    sys.path.insert(0, STUBS.name)
+    global cpb, cpb_grpc, gpb, gpb_grpc
+    from loom.v1 import cluster_pb2 as cpb, cluster_pb2_grpc as cpb_grpc  # noqa: E402
+    from loom.v1 import generation_pb2 as gpb, generation_pb2_grpc as gpb_grpc  # noqa: E402
+
+
+def tearDownModule():
+    STUBS.cleanup()
+
+
+class Loomd:
+    """One instance on loopback ports."""
+
+    def __init__(self, *extra):
+        cmd = [ARGS.loomd, "--model", ARGS.model, "--host", "127.0.0.1", "--port", "0",
+               "--grpc-port", "0", "--kv-cache-mb", "64", "--threads", "1",
+               "--api-keys", KEY, "--served-model-name", "m", *extra]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=None, text=True)
+        lines = [self.proc.stdout.readline(), self.proc.stdout.readline()]
+        if not all("listening on" in l for l in lines):
+            self.proc.kill()
+            raise RuntimeError(f"loomd did not start: {lines!r}")
+        self.grpc_port = int(next(l for l in lines if "gRPC" in l).strip().rsplit(":", 1)[1])
+        self.port = int(next(l for l in lines if "gRPC" not in l).strip().rsplit(":", 1)[1])
+        self.grpc_address = f"127.0.0.1:{self.grpc_port}"
+        self.client = openai.OpenAI(base_url=f"http://127.0.0.1:{self.port}/v1", api_key=KEY,
+                                    max_retries=0, timeout=300)
+        self.channel = grpc.insecure_channel(self.grpc_address)
+        self.cluster = cpb_grpc.InstanceStub(self.channel)
+        self.generation = gpb_grpc.GenerationStub(self.channel)
+        self.md = [("authorization", f"Bearer {KEY}")]
+
+    def migrate_out(self, destination, max_requests=0):
+        return self.cluster.MigrateOut(
+            cpb.MigrateOutRequest(destination_address=destination, max_requests=max_requests),
+            metadata=self.md, timeout=120)
+
+    def stop(self, sig=signal.SIGTERM):
+        self.channel.close()
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc.stdout.close()
+        return self.proc.returncode
+
+
+def stream_completion(server, on_chunk=None, **kw):
+    """Streams a completion; calls on_chunk(i) after chunk i. Returns (text, finish_reason)."""
+    args = dict(model="m", prompt=PROMPT, max_tokens=160, temperature=0, stream=True,
+                extra_body={"ignore_eos": True})
+    args.update(kw)
+    text, finish = "", None
+    for i, chunk in enumerate(server.client.completions.create(**args)):
+        c = chunk.choices[0]
+        text += c.text or ""
+        finish = c.finish_reason or finish
+        if on_chunk is not None:
+            on_chunk(i)
+    return text, finish
+
+
+class MigrationTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.a = Loomd("--instance-id", "a")
+        cls.b = Loomd("--instance-id", "b")
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.a.stop() == 0
+        assert cls.b.stop() == 0
+
+    def migrate_during_stream(self, after_chunks=8, **kw):
+        """The reference (run alone on b), then the same request on a, moved to b after
+        `after_chunks` chunks. Returns (reference, migrated, migration results)."""
+        reference = stream_completion(self.b, **kw)
+        results = []
+        started = threading.Event()
+
+        def on_chunk(i):
+            if i == after_chunks:
+                started.set()
+
+        def migrate():
+            started.wait(120)
+            results.extend(self.a.migrate_out(self.b.grpc_address).results)
+
+        t = threading.Thread(target=migrate)
+        t.start()
+        migrated = stream_completion(self.a, on_chunk=on_chunk, **kw)
+        t.join()
+        return reference, migrated, results
+
+    def test_greedy_decode_phase(self):
+        reference, migrated, results = self.migrate_during_stream()
+        self.assertEqual(len(results), 1, results)
+        self.assertEqual(results[0].outcome, "committed", results[0].reason)
+        self.assertGreaterEqual(results[0].stages, 2)
+        self.assertGreater(results[0].blocks_copied, 0)
+        self.assertEqual(migrated, reference)
+        self.assertEqual(migrated[1], "length")
+
+    def test_seeded_sampling(self):
+        reference, migrated, results = self.migrate_during_stream(temperature=0.9, seed=1234,
+                                                                  top_p=0.95)
+        self.assertEqual([r.outcome for r in results], ["committed"])
+        self.assertEqual(migrated, reference)
+
+    def test_grpc_client_stream_continues(self):
+        req = gpb.GenerateRequest(token_ids=gpb.TokenIds(ids=list(range(100, 140))),
+                                  max_tokens=150, ignore_eos=True,
+                                  sampling=gpb.SamplingParams(temperature=0))
+
+        def tokens(stub, on_msg=None):
+            out = []
+            for i, msg in enumerate(stub.Generate(req, metadata=self.a.md, timeout=300)):
+                self.assertFalse(msg.HasField("error"), msg.error.message)
+                if msg.HasField("chunk"):
+                    for c in msg.chunk.choices:
+                        out.extend(c.token_ids)
+                if on_msg:
+                    on_msg(i)
+            return out
+
+        reference = tokens(self.b.generation)
+        results = []
+
+        def on_msg(i):
+            if i == 10:
+                threading.Thread(target=lambda: results.extend(
+                    self.a.migrate_out(self.b.grpc_address).results)).start()
+
+        migrated = tokens(self.a.generation, on_msg)
+        for _ in range(100):
+            if results:
+                break
+            time.sleep(0.1)
+        self.assertEqual([r.outcome for r in results], ["committed"])
+        self.assertEqual(migrated, reference)
+
+    def test_nothing_to_move(self):
+        self.assertEqual(len(self.a.migrate_out(self.b.grpc_address).results), 0)
+
+
+class FaultTest(unittest.TestCase):
+    def test_destination_gone_before_the_move_keeps_the_request_home(self):
+        a, b = Loomd(), Loomd()
+        try:
+            reference = stream_completion(a, max_tokens=80)
+            b_address = b.grpc_address
+            self.assertEqual(b.stop(signal.SIGKILL), -signal.SIGKILL)
+            results = []
+
+            def on_chunk(i):
+                if i == 5:
+                    results.extend(a.migrate_out(b_address).results)
+
+            got = stream_completion(a, on_chunk=on_chunk, max_tokens=80)
+            self.assertEqual([r.outcome for r in results], ["aborted"])
+            self.assertEqual(got, reference)
+            # Still serving.
+            self.assertEqual(stream_completion(a, max_tokens=5)[1], "length")
+        finally:
+            self.assertEqual(a.stop(), 0)
+
+    def test_destination_killed_after_the_commit_fails_the_stream_clearly(self):
+        a, b = Loomd(), Loomd()
+        try:
+            results = []
+            killed = threading.Event()
+
+            def on_chunk(i):
+                if i == 5:
+                    results.extend(a.migrate_out(b.grpc_address).results)
+                    b.proc.send_signal(signal.SIGKILL)
+                    killed.set()
+
+            with self.assertRaises(Exception) as ctx:
+                stream_completion(a, on_chunk=on_chunk, max_tokens=2000)
+            self.assertTrue(killed.is_set())
+            self.assertEqual([r.outcome for r in results], ["committed"])
+            self.assertIn("migration", str(ctx.exception).lower() + repr(ctx.exception).lower())
+            self.assertEqual(stream_completion(a, max_tokens=5)[1], "length")
+        finally:
+            self.assertEqual(a.stop(), 0)
+            b.stop()
+
+    def test_source_killed_after_the_commit_frees_the_destination(self):
+        a, b = Loomd(), Loomd()
+        try:
+            results = []
+
+            def on_chunk(i):
+                if i == 5:
+                    results.extend(a.migrate_out(b.grpc_address).results)
+                    a.proc.send_signal(signal.SIGKILL)
+
+            with self.assertRaises(Exception):
+                stream_completion(a, on_chunk=on_chunk, max_tokens=2000)
+            self.assertEqual([r.outcome for r in results], ["committed"])
+            # The destination notices its owner is gone and aborts the request: its blocks free.
+            deadline = time.time() + 30
+            load = None
+            while time.time() < deadline:
+                load = b.generation.GetLoad(gpb.GetLoadRequest(), metadata=b.md, timeout=10)
+                if load.num_running_requests == 0:
+                    break
+                time.sleep(0.2)
+            self.assertEqual(load.num_running_requests, 0)
+            self.assertEqual(stream_completion(b, max_tokens=5)[1], "length")
+        finally:
+            a.stop()
+            self.assertEqual(b.stop(), 0)
+
+
+def main():
+    global ARGS
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--loomd", required=True)
+    parser.add_argument("--model", required=True)
+    ARGS, rest = parser.parse_known_args()
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
