@@ -3,7 +3,7 @@
 (stubs compiled from proto/loom/v1/cluster.proto) with skewed loads: dispatch to the least loaded,
 migration orders in Report replies, drain over HTTP, dropping a silent instance, /v1/instances,
 /metrics (checked with promtool), invalid reports refused while it keeps serving, grpc.health.v1,
-and a clean exit on SIGTERM. Every test starts its own manager (it loads no model: instant).
+API keys on the HTTP routes, and a clean exit on SIGTERM. Every test starts its own manager (it loads no model: instant).
 
   python tests/integration/manager_test.py --loomd build/cpu-release/bin/loomd
 """
@@ -293,6 +293,29 @@ class ManagerTest(unittest.TestCase):
 
 
 class ManagerConfigTest(unittest.TestCase):
+    def test_api_keys_guard_everything_but_the_probes(self):
+        proc, _, port = start_manager("--api-keys", "mkey")
+        try:
+            def get(method, path, key=None):
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+                conn.request(method, path, headers={"Authorization": f"Bearer {key}"} if key else {})
+                status = conn.getresponse().status
+                conn.close()
+                return status
+            for method, path in (("GET", "/v1/instances"), ("GET", "/metrics"),
+                                 ("POST", "/v1/instances/a/drain")):
+                self.assertEqual(get(method, path), 401)
+                self.assertEqual(get(method, path, "wrong"), 401)
+            self.assertEqual(get("GET", "/v1/instances", "mkey"), 200)
+            self.assertEqual(get("GET", "/metrics", "mkey"), 200)
+            self.assertEqual(get("POST", "/v1/instances/a/drain", "mkey"), 404)
+            self.assertEqual(get("GET", "/livez"), 200)
+            self.assertEqual(get("GET", "/readyz"), 200)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            self.assertEqual(proc.wait(timeout=30), 0)
+            proc.stdout.close()
+
     def test_a_manager_needs_a_grpc_port(self):
         run = subprocess.run([ARGS.loomd, "--role", "manager", "--port", "0"],
                              capture_output=True, text=True, timeout=30)
