@@ -20,6 +20,7 @@
 #include "server/api/router.h"
 #include "server/cluster/cluster_agent.h"
 #include "server/cluster/instance_service.h"
+#include "server/cluster/manager_main.h"
 #include "server/cluster/migrator.h"
 #include "server/config/server_config.h"
 #include "server/grpc/grpc_server.h"
@@ -111,6 +112,8 @@ int Run(const std::vector<std::string>& args) {
     std::printf("%s", ServerConfigHelp().c_str());
     return 0;
   }
+  // The cluster's control plane loads no model (server/cluster/manager_main.h).
+  if (config.role == "manager") return cluster::RunManager(config, LOOM_VERSION);
   // Signals are taken by sigwait below; every thread started from here inherits the mask.
   sigset_t signals;
   sigemptyset(&signals);
