@@ -118,6 +118,7 @@ std::vector<MigrationOutcome> Migrator::MigrateOut(const std::string& address,
     } else {
       ++aborted_;
     }
+    if (ctx_.metrics != nullptr) ctx_.metrics->ObserveMigration(r.outcome, r.downtime_ms / 1e3);
     LOOM_LOG(kInfo, "migration of request ", r.request_id, " to ", address, ": ", r.outcome,
              r.reason.empty() ? "" : " (", r.reason, r.reason.empty() ? "" : ")", ", ",
              r.stages, " stages, ", r.blocks_copied, " blocks, downtime ", r.downtime_ms, " ms");

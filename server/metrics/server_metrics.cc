@@ -71,6 +71,14 @@ class ServerMetrics::Impl {
         registry_(std::make_shared<prometheus::Registry>()),
         length_buckets_(OneTwoFive(options.max_model_len)) {
     views_.push_back(MakeView("loom_"));
+    migrations_ = &prometheus::BuildCounter()
+                       .Name("loom_migrations_total")
+                       .Help("Live migrations out of this instance, by outcome.")
+                       .Register(*registry_);
+    migration_downtime_ = &prometheus::BuildHistogram()
+                               .Name("loom_migration_downtime_seconds")
+                               .Help("Freeze to the destination's first output, per migration.")
+                               .Register(*registry_);
     if (options.vllm_compat) views_.push_back(MakeView("vllm:"));
     if (!options.kv_cache_dtype.empty()) {
       const prometheus::Labels labels{{"model_name", options.model_name},
@@ -119,6 +127,17 @@ class ServerMetrics::Impl {
     std::lock_guard<std::mutex> lock(mu_);
     for (View& v : views_) {
       if (v.rejected != nullptr) v.rejected->Add(labels).Increment();
+    }
+  }
+
+  void ObserveMigration(std::string_view outcome, double downtime_s) {
+    const prometheus::Labels labels{{"model_name", options_.model_name},
+                                    {"outcome", std::string(outcome)}};
+    std::lock_guard<std::mutex> lock(mu_);
+    migrations_->Add(labels).Increment();
+    if (outcome == "committed") {
+      migration_downtime_->Add({{"model_name", options_.model_name}}, kItlBuckets)
+          .Observe(downtime_s);
     }
   }
 
@@ -203,6 +222,8 @@ class ServerMetrics::Impl {
 
   MetricsOptions options_;
   std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>* migrations_ = nullptr;
+  prometheus::Family<Histogram>* migration_downtime_ = nullptr;
   Histogram::BucketBoundaries length_buckets_;
   std::vector<View> views_;
   std::mutex mu_;
@@ -236,6 +257,9 @@ void ServerMetrics::ObserveRejected(const absl::Status& status) {
   impl_->ObserveRejected(RejectionReason(status.code()));
 }
 void ServerMetrics::ObserveInterToken(double s, int64_t n) { impl_->ObserveInterToken(s, n); }
+void ServerMetrics::ObserveMigration(std::string_view outcome, double downtime_s) {
+  impl_->ObserveMigration(outcome, downtime_s);
+}
 void ServerMetrics::UpdateScheduler(const SchedulerStats& s) { impl_->UpdateScheduler(s); }
 std::string ServerMetrics::Render() const { return impl_->Render(); }
 

@@ -72,6 +72,10 @@ class ServerMetrics {
   void ObserveInterToken(double seconds, int64_t num_tokens);
   // Gauges and cumulative counters from the engine loop's snapshot.
   void UpdateScheduler(const SchedulerStats& stats);
+  // A live migration out of this instance ended: loom_migrations_total{outcome} (committed,
+  // aborted: the request stayed here, failed: it ended with an error) and, when committed,
+  // loom_migration_downtime_seconds.
+  void ObserveMigration(std::string_view outcome, double downtime_s);
   // The Prometheus text exposition of everything.
   std::string Render() const;
 

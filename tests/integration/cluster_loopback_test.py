@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""A loopback cluster: `loomd --role=manager` and three instances reporting to it. All load goes
+to one instance; the manager pairs it with the idle ones and orders migrations, and every client
+stream completes in full while its request moves. Then a drain through the manager moves
+everything off an instance, and a manager that dies leaves the instances serving.
+
+  python tests/integration/cluster_loopback_test.py --loomd build/cpu-release/bin/loomd \
+      --model build/models/SmolLM2-135M-Instruct.Q4_1.gguf
+"""
+import argparse
+import concurrent.futures
+import http.client
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+import unittest
+
+import openai
+
+ARGS = None
+KEY = "cluster-key"
+
+
+def start(cmd):
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=None, text=True)
+    return proc
+
+
+def wait_line(proc, needle, count=1):
+    lines = []
+    while len([l for l in lines if needle in l]) < count:
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"process ended before printing {needle!r}: {lines!r}")
+        lines.append(line)
+    return lines
+
+
+def port_of(line):
+    return int(line.strip().rsplit(":", 1)[1])
+
+
+def stop(proc):
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    proc.stdout.close()
+    return proc.returncode
+
+
+def get(port, path):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("GET", path, headers={"Authorization": f"Bearer {KEY}"})
+    resp = conn.getresponse()
+    body = resp.read().decode()
+    conn.close()
+    return resp.status, body
+
+
+def post(port, path):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("POST", path, body=b"", headers={"Authorization": f"Bearer {KEY}"})
+    resp = conn.getresponse()
+    body = resp.read().decode()
+    conn.close()
+    return resp.status, body
+
+
+def metric(port, name, label=""):
+    _, text = get(port, "/metrics")
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and label in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+class Instance:
+    def __init__(self, manager_grpc, name):
+        self.proc = start([ARGS.loomd, "--model", ARGS.model, "--host", "127.0.0.1", "--port", "0",
+                           "--grpc-port", "0", "--kv-cache-mb", "64", "--threads", "1",
+                           "--api-keys", KEY, "--served-model-name", "m",
+                           "--instance-id", name, "--cluster-manager", manager_grpc,
+                           "--cluster-report-interval-ms", "50"])
+        lines = wait_line(self.proc, "listening on", 2)
+        self.port = port_of(next(l for l in lines if "listening" in l and "gRPC" not in l))
+        self.name = name
+        self.client = openai.OpenAI(base_url=f"http://127.0.0.1:{self.port}/v1", api_key=KEY,
+                                    max_retries=0, timeout=300)
+
+
+def stream(client, max_tokens):
+    text, finish, chunks = "", None, 0
+    for chunk in client.completions.create(model="m", prompt="Tell me about the ocean.",
+                                           max_tokens=max_tokens, temperature=0, stream=True,
+                                           extra_body={"ignore_eos": True}):
+        c = chunk.choices[0]
+        text += c.text or ""
+        finish = c.finish_reason or finish
+        chunks += 1
+    return finish, chunks
+
+
+class LoopbackClusterTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.manager = start([ARGS.loomd, "--role", "manager", "--host", "127.0.0.1", "--port", "0",
+                             "--grpc-port", "0", "--api-keys", KEY,
+                             "--manager-pair-interval-ms", "100",
+                             "--manager-migrate-out-below", "100",
+                             "--manager-migrate-in-above", "150",
+                             "--manager-instance-timeout-ms", "1500"])
+        lines = wait_line(cls.manager, "loom manager listening on")
+        grpc_line = next(l for l in lines if "gRPC" in l)
+        cls.manager_grpc = f"127.0.0.1:{port_of(grpc_line)}"
+        cls.manager_http = port_of(lines[-1])
+        cls.instances = [Instance(cls.manager_grpc, n) for n in ("hot", "cold1", "cold2")]
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            _, body = get(cls.manager_http, "/v1/instances")
+            if len(json.loads(body)["data"]) == 3:
+                break
+            time.sleep(0.1)
+
+    @classmethod
+    def tearDownClass(cls):
+        for inst in cls.instances:
+            stop(inst.proc)
+        stop(cls.manager)
+
+    def test_1_skewed_load_is_spread_by_migration(self):
+        hot = self.instances[0]
+        with concurrent.futures.ThreadPoolExecutor(6) as pool:
+            futures = [pool.submit(stream, hot.client, 300) for _ in range(6)]
+            results = [f.result() for f in futures]
+        for finish, chunks in results:
+            self.assertEqual(finish, "length")
+        committed = metric(hot.port, "loom_migrations_total", 'outcome="committed"')
+        self.assertGreaterEqual(committed, 1, "the manager moved nothing off the hot instance")
+        self.assertEqual(metric(hot.port, "loom_migrations_total", 'outcome="failed"'), 0)
+
+    def test_2_drain_moves_everything_off(self):
+        target = self.instances[1]
+        before = metric(target.port, "loom_migrations_total", 'outcome="committed"')
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            futures = [pool.submit(stream, target.client, 400) for _ in range(3)]
+            time.sleep(1.0)
+            status, body = post(self.manager_http, f"/v1/instances/{target.name}/drain")
+            self.assertEqual(status, 200, body)
+            results = [f.result() for f in futures]
+        for finish, _ in results:
+            self.assertEqual(finish, "length")
+        moved = metric(target.port, "loom_migrations_total", 'outcome="committed"') - before
+        self.assertGreaterEqual(moved, 1)
+
+    def test_3_instances_serve_when_the_manager_dies(self):
+        stop(self.manager)
+        time.sleep(0.5)
+        for inst in (self.instances[0], self.instances[2]):
+            finish, _ = stream(inst.client, 8)
+            self.assertEqual(finish, "length")
+
+
+def main():
+    global ARGS
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--loomd", required=True)
+    parser.add_argument("--model", required=True)
+    ARGS, rest = parser.parse_known_args()
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
