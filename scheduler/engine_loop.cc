@@ -21,16 +21,20 @@ EngineLoop::~EngineLoop() { Stop(); }
 
 std::shared_ptr<RequestStream> EngineLoop::Submit(SchedRequest request) {
   auto stream = std::make_shared<RequestStream>(request.id, std::max(request.n, 1));
+  SubmitTo(std::move(request), stream);
+  return stream;
+}
+
+void EngineLoop::SubmitTo(SchedRequest request, std::shared_ptr<RequestStream> stream) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) {
       stream->Fail(absl::UnavailableError("the server is shutting down"));
-      return stream;
+      return;
     }
-    inbox_.push_back(Submission{std::move(request), stream});
+    inbox_.push_back(Submission{std::move(request), std::move(stream)});
   }
   cv_.notify_one();
-  return stream;
 }
 
 void EngineLoop::Abort(RequestId id) {

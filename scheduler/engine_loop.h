@@ -89,6 +89,8 @@ class EngineLoop {
   // Queues a request; its stream reports tokens, finishes, or why it was refused (the
   // scheduler's Add status: InvalidArgument or ResourceExhausted).
   std::shared_ptr<RequestStream> Submit(SchedRequest request);
+  // The same with a stream the caller made (RequestStream(request.id, request.n)).
+  void SubmitTo(SchedRequest request, std::shared_ptr<RequestStream> stream);
 
   // Ends a request with FinishReason::kAbort (client gone); its blocks are freed at the next
   // step. Unknown or finished ids are ignored.

@@ -176,6 +176,52 @@ void Migrator::RunRelay(Relay& relay) {
   }
 }
 
+void Migrator::Forward(SchedRequest request, const std::string& address,
+                       std::shared_ptr<RequestStream> stream) {
+  MigrantState state;
+  state.params = request;
+  state.tokens = request.prompt;
+  v1::ResumeRequest resume;
+  MigrantToProto(state, &resume);
+  resume.set_request_key(StrCat(instance_id_, "/", request.id.value()));
+  resume.set_source_instance(instance_id_);
+  if (request.deadline_ms > 0) {
+    resume.set_deadline_remaining_ms(std::max<int64_t>(1, request.deadline_ms - ctx_.now_ms()));
+  }
+  auto relay = std::make_shared<Relay>();
+  relay->id = request.id;
+  AddAuth(relay->call);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) {
+      ctx_.engine->SubmitTo(std::move(request), std::move(stream));
+      return;
+    }
+    relays_[relay->id] = relay;
+    ++active_threads_;
+  }
+  auto stub = v1::Instance::NewStub(ChannelTo(address));
+  relay->reader = stub->Resume(&relay->call, resume);
+  std::thread([this, relay, request = std::move(request), stream = std::move(stream),
+               address]() mutable {
+    // The stream is this request's from the start: the relay needs no commit.
+    relay->stream.Set(stream);
+    RunRelay(*relay);
+    const bool accepted = relay->accepted.Wait(0).value_or(false);
+    if (!accepted && !relay->client_gone.load()) {
+      LOOM_LOG(kWarning, "request ", request.id, " could not run at ", address,
+               "; running it here");
+      ctx_.engine->SubmitTo(std::move(request), std::move(stream));
+    } else if (accepted) {
+      ++forwarded_;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    relays_.erase(relay->id);
+    --active_threads_;
+    done_cv_.notify_all();
+  }).detach();
+}
+
 MigrationOutcome Migrator::MigrateOne(RequestId id, const std::string& address,
                                       v1::Instance::Stub& stub) {
   MigrationOutcome result;

@@ -56,6 +56,13 @@ class Migrator {
   // a time, shortest first — or exactly `only` when given. Returns one outcome per attempt.
   std::vector<MigrationOutcome> MigrateOut(const std::string& address, int32_t max_requests,
                                            std::optional<RequestId> only);
+  // Runs a new request on the instance at `address` (the manager's dispatch) and relays its
+  // outputs into `stream`; when that instance does not accept it, it runs here instead.
+  // Returns at once (a relay thread does the rest).
+  void Forward(SchedRequest request, const std::string& address,
+               std::shared_ptr<RequestStream> stream);
+  int64_t num_forwarded() const { return forwarded_.load(); }
+
   // The engine loop's abort listener: a request relayed from elsewhere is cancelled there.
   void OnAbort(RequestId id);
 
@@ -77,7 +84,7 @@ class Migrator {
   ServingContext& ctx_;
   const std::string instance_id_;
   std::atomic<int32_t> in_flight_{0};
-  std::atomic<int64_t> committed_{0}, aborted_{0}, failed_{0};
+  std::atomic<int64_t> committed_{0}, aborted_{0}, failed_{0}, forwarded_{0};
   std::mutex migrate_mu_;  // one migration out at a time (bounded stages and buffers)
   mutable std::mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_;

@@ -55,7 +55,7 @@ Generation::Generation(ServingContext& context, GenerationRequest request, int64
       c.detokenizer = std::make_unique<text::Detokenizer>(context.tokenizer.get(), options);
     }
   }
-  stream_ = context.engine->Submit(std::move(r));
+  stream_ = context.submit ? context.submit(std::move(r)) : context.engine->Submit(std::move(r));
 }
 
 Generation::~Generation() {

@@ -28,6 +28,9 @@ struct ServingContext {
   std::unique_ptr<text::Tokenizer> tokenizer;
   std::optional<text::ChatTemplate> chat_template;
   EngineLoop* engine = nullptr;
+  // Where new requests go; null = engine->Submit. In a cluster, the agent may run them on
+  // another instance (the manager's dispatch) and relay their outputs.
+  std::function<std::shared_ptr<RequestStream>(SchedRequest)> submit;
   ServerMetrics* metrics = nullptr;
   std::function<int64_t()> now_ms;
   std::atomic<uint64_t> next_request_id{1};
