@@ -3,7 +3,8 @@
 // one executor and imported into another at other block ids resumes there exactly (tokens and
 // logits) for every KV format, after a prefill in one step or in chunks, ending mid-block or on a
 // block edge, greedy or seeded; the layout string names the format; transfers run in their
-// documented order and alone; every malformed transfer is refused, named, and changes nothing.
+// documented order and alone; a failed step fills no export; every malformed transfer is
+// refused, named, and changes nothing.
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -339,6 +340,27 @@ TEST(KvTransferTest, ATransfersOnlyPlanRunsCopiesThenImportsThenExports) {
     // The sequence is untouched and continues.
     MustExecute(*executor, Decode(1));
   }
+}
+
+TEST(KvTransferTest, AFailedStepFillsNoExportAndMayBeSentAgain) {
+  auto executor = MakeExecutor(Config(DType::kKvInt8));
+  ASSERT_NE(executor, nullptr);
+  MustExecute(*executor, Admit({NewSeq(1, Prompt(20), Blocks({0, 1}))}));
+  auto blob = std::make_shared<KvBlob>();
+  StepPlan plan = Decode(1);
+  plan.step_id = 9;
+  plan.kv_exports.push_back({Blocks({0, 1}), SequenceId(1), blob});
+  executor->SetFaultInjectorForTesting([](uint64_t step_id) {
+    return step_id == 9 ? absl::InternalError("injected") : absl::OkStatus();
+  });
+  EXPECT_EQ(executor->Execute(plan).status().code(), absl::StatusCode::kInternal);
+  EXPECT_TRUE(blob->layout.empty() && blob->blocks.empty() && blob->tail.empty());
+  executor->SetFaultInjectorForTesting(nullptr);
+  MustExecute(*executor, plan);
+  EXPECT_EQ(blob->layout, executor->capacity().kv_layout);
+  EXPECT_EQ(blob->num_blocks, 2);
+  EXPECT_EQ(static_cast<int64_t>(blob->blocks.size()), 2 * executor->capacity().bytes_per_block);
+  EXPECT_FALSE(blob->tail.empty());
 }
 
 // The refusals: each plan is refused with InvalidArgument naming the problem, and leaves the
