@@ -5,8 +5,9 @@
 #include <cstring>
 #include <utility>
 
-#include "engine/common/strings.h"
 #include "engine/common/logging.h"
+#include "engine/common/status.h"
+#include "engine/common/strings.h"
 
 namespace loom {
 
@@ -36,6 +37,20 @@ int64_t KvPoolShape::TailBytes() const {
   if (!IsLowBitKvDType(dtype)) return 0;
   return int64_t{2} * num_layers * num_tail_slots * num_kv_heads * tail_blocks * block_size *
          head_dim * static_cast<int64_t>(sizeof(uint16_t));
+}
+
+int64_t KvPoolShape::TailSlotBytes() const {
+  return num_tail_slots > 0 ? TailBytes() / num_tail_slots : 0;
+}
+
+std::string KvPoolShape::Layout() const {
+  std::string layout = StrCat(DTypeName(dtype), "/bs", block_size, "/L", num_layers, "/kvh",
+                              num_kv_heads, "/d", head_dim);
+  if (IsLowBitKvDType(dtype)) {
+    layout += StrCat("/k:", k_per_token ? "token" : "channel", "/tail:", tail_blocks,
+                     hadamard ? "/hadamard" : "/plain");
+  }
+  return layout;
 }
 
 KvFormatSpec KvPoolShape::Format(int32_t num_heads) const {
@@ -151,6 +166,64 @@ void KvPool::CopyTail(int32_t src, int32_t dst) {
       backend_.CopyWithinDevice(bytes + dst * slot_bytes, bytes + src * slot_bytes, slot_bytes);
     }
   }
+}
+
+template <typename Visit>
+void KvPool::ForEachBlockPart(int32_t block, Visit visit) const {
+  LOOM_CHECK(block >= 0 && block < num_blocks_, "KV transfer of block ", block);
+  for (int32_t layer = 0; layer < shape_.num_layers; ++layer) {
+    const PagedKvView view = Layer(layer);
+    visit(static_cast<char*>(view.k) + block * shape_.KBlockBytes(), shape_.KBlockBytes());
+    visit(static_cast<char*>(view.v) + block * shape_.VBlockBytes(), shape_.VBlockBytes());
+  }
+}
+
+template <typename Visit>
+void KvPool::ForEachTailPart(int32_t slot, Visit visit) const {
+  LOOM_CHECK(slot >= 0 && slot < shape_.num_tail_slots, "KV transfer of tail slot ", slot);
+  for (int32_t layer = 0; layer < shape_.num_layers; ++layer) {
+    const PagedKvView view = Layer(layer);
+    const int64_t slot_bytes = view.tail_slot_stride() * int64_t{sizeof(uint16_t)};
+    visit(static_cast<char*>(view.tail_k) + slot * slot_bytes, slot_bytes);
+    visit(static_cast<char*>(view.tail_v) + slot * slot_bytes, slot_bytes);
+  }
+}
+
+absl::Status KvPool::ExportBlocks(std::span<const BlockId> blocks, uint8_t* host) {
+  // Everything queued before (block copies, imports, earlier steps' writes) lands first.
+  LOOM_RETURN_IF_ERROR(backend_.Synchronize());
+  for (BlockId block : blocks) {
+    ForEachBlockPart(block.value(), [&](const char* device, int64_t bytes) {
+      backend_.CopyToHost(host, device, bytes);
+      host += bytes;
+    });
+  }
+  return backend_.Synchronize();
+}
+
+void KvPool::ImportBlocks(std::span<const BlockId> blocks, const uint8_t* host) {
+  for (BlockId block : blocks) {
+    ForEachBlockPart(block.value(), [&](char* device, int64_t bytes) {
+      backend_.CopyToDevice(device, host, bytes);
+      host += bytes;
+    });
+  }
+}
+
+absl::Status KvPool::ExportTail(int32_t slot, uint8_t* host) {
+  LOOM_RETURN_IF_ERROR(backend_.Synchronize());
+  ForEachTailPart(slot, [&](const char* device, int64_t bytes) {
+    backend_.CopyToHost(host, device, bytes);
+    host += bytes;
+  });
+  return backend_.Synchronize();
+}
+
+void KvPool::ImportTail(int32_t slot, const uint8_t* host) {
+  ForEachTailPart(slot, [&](char* device, int64_t bytes) {
+    backend_.CopyToDevice(device, host, bytes);
+    host += bytes;
+  });
 }
 
 }  // namespace loom

@@ -7,6 +7,9 @@
 // all layers come the residual tails: per layer, K then V, bf16 [num_tail_slots, num_kv_heads,
 // tail_blocks * block_size, head_dim], one slot per sequence the engine holds. Blocks are
 // addressed by BlockId; which sequence owns a block is the scheduler's business, not the pool's.
+// Blocks and tail slots move to and from host bytes (KV transfers, engine/api/step.h KvBlob) in
+// the pool's own format: a block is every layer in order, K then V, KBlockBytes / VBlockBytes
+// each; a tail slot every layer, K then V, the whole ring.
 // Host memory (an anonymous mapping) for a backend whose memory is host memory, one allocation
 // of the backend's device memory otherwise.
 // Thread safety: none; the engine loop owns the pool.
@@ -14,6 +17,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -46,6 +51,14 @@ struct KvPoolShape {
   int64_t BytesPerBlock() const;
   // Bytes of all residual tails (0 for element formats).
   int64_t TailBytes() const;
+  // Bytes of one tail slot across all layers, K and V (0 for element formats).
+  int64_t TailSlotBytes() const;
+  // Everything two pools must share for their blocks and tails to be byte-compatible, as a
+  // stable, readable string (KvCapacity::kv_layout): the dtype, block size, layers, KV heads,
+  // head_dim and, for low-bit formats, the K grouping, the tail ring and the rotation, e.g.
+  // "int4/bs32/L30/kvh3/d64/k:channel/tail:5/hadamard" or "bf16/bs16/L2/kvh2/d32". The number
+  // of blocks and of tail slots is not part of it.
+  std::string Layout() const;
   KvFormatSpec Format(int32_t num_heads) const;
 };
 
@@ -75,9 +88,26 @@ class KvPool {
   // Copies tail slot `src` to `dst` in every layer, queued on the backend.
   void CopyTail(int32_t src, int32_t dst);
 
+  // KV transfers. `host` holds blocks.size() * shape().BytesPerBlock() bytes, block after block
+  // in the order of `blocks`. Export waits for the work queued before it (so it sees every
+  // earlier write), copies, and reports a device failure; import is queued on the backend like
+  // the block copies (`host` must stay valid until the backend's next Synchronize) and its
+  // errors surface there. Block ids must be in range (checked).
+  absl::Status ExportBlocks(std::span<const BlockId> blocks, uint8_t* host);
+  void ImportBlocks(std::span<const BlockId> blocks, const uint8_t* host);
+  // The same for tail slot `slot` (low-bit formats): `host` holds shape().TailSlotBytes().
+  absl::Status ExportTail(int32_t slot, uint8_t* host);
+  void ImportTail(int32_t slot, const uint8_t* host);
+
  private:
   KvPool(const KvPoolShape& shape, int32_t num_blocks, Backend& backend, void* memory,
          int64_t total_bytes);
+  // Calls `visit(device_bytes, num_bytes)` for each part of `block` (or of tail slot `slot`) in
+  // transfer order: every layer, K then V.
+  template <typename Visit>
+  void ForEachBlockPart(int32_t block, Visit visit) const;
+  template <typename Visit>
+  void ForEachTailPart(int32_t slot, Visit visit) const;
 
   Backend& backend_;
   DeviceBuffer device_memory_;  // empty for host memory (memory_ is then a mapping)

@@ -37,13 +37,17 @@ absl::StatusOr<StepResult> LocalExecutor::Execute(const StepPlan& plan) {
 
 absl::StatusOr<StepResult> LocalExecutor::Run(const StepPlan& plan,
                                               std::chrono::steady_clock::time_point start) {
+  LOOM_RETURN_IF_ERROR(RunExports(plan));
   StepResult result;
   result.step_id = plan.step_id;
   result.outputs.resize(entries_.size());
   for (size_t i = 0; i < entries_.size(); ++i) result.outputs[i].seq_id = entries_[i].seq_id;
   if (entries_.empty()) {
-    // Block copies are queued on the backend; they must land before the next step reads them.
-    if (!plan.block_copies.empty()) LOOM_RETURN_IF_ERROR(backend_->Synchronize());
+    // Block copies and imports are queued on the backend; they must land before the next step
+    // reads them (and before the plan's import blobs may go away).
+    if (!plan.block_copies.empty() || !plan.kv_imports.empty()) {
+      LOOM_RETURN_IF_ERROR(backend_->Synchronize());
+    }
     return result;
   }
 
@@ -78,6 +82,9 @@ int32_t LocalExecutor::GraphBatchSize() const {
 
 void LocalExecutor::Stage(const StepPlan& plan) {
   for (const BlockCopy& copy : plan.block_copies) kv_->CopyBlock(copy.src, copy.dst);
+  for (const KvImport& import : plan.kv_imports) {
+    kv_->ImportBlocks(import.blocks, import.data->blocks.data());
+  }
   entries_.clear();
   staged_.clear();
   for (const NewSequencePlan& p : plan.new_sequences) {
@@ -97,6 +104,27 @@ void LocalExecutor::Stage(const StepPlan& plan) {
     entries_.push_back({p.seq_id, &seq, p.num_scheduled_tokens, 0, num_blocks});
   }
   if (kv_->shape().num_tail_slots > 0) AssignTailSlots(plan);
+}
+
+absl::Status LocalExecutor::RunExports(const StepPlan& plan) {
+  pending_exports_.clear();
+  pending_exports_.resize(plan.kv_exports.size());
+  for (size_t i = 0; i < plan.kv_exports.size(); ++i) {
+    const KvExport& request = plan.kv_exports[i];
+    KvBlob& blob = pending_exports_[i];
+    blob.layout = capacity_.kv_layout;
+    blob.num_blocks = static_cast<int32_t>(request.blocks.size());
+    blob.blocks.resize(request.blocks.size() * static_cast<size_t>(capacity_.bytes_per_block));
+    LOOM_RETURN_IF_ERROR(kv_->ExportBlocks(request.blocks, blob.blocks.data()));
+    if (request.tail_of.value() == 0) continue;
+    // Validated: a held sequence this plan does not finish. Element formats have no tail.
+    const Sequence& seq = sequences_.find(request.tail_of)->second;
+    if (seq.tail_slot < 0) continue;
+    blob.tail.resize(static_cast<size_t>(kv_->shape().TailSlotBytes()));
+    LOOM_RETURN_IF_ERROR(kv_->ExportTail(seq.tail_slot, blob.tail.data()));
+    blob.tail_first_block = seq.tail_first_block;
+  }
+  return absl::OkStatus();
 }
 
 const LocalExecutor::Sequence* LocalExecutor::PartialBlockOwner(int32_t block) const {
@@ -123,6 +151,12 @@ void LocalExecutor::AssignTailSlots(const StepPlan& plan) {
     Sequence& seq = staged_[p.seq_id];
     seq.tail_slot = static_cast<int32_t>(next++);
     seq.tail_first_block = p.num_computed_tokens / bs;
+    if (p.imported_tail != nullptr) {
+      // Resumed from a KV transfer: the exporter's ring, and the first block it computed itself.
+      kv_->ImportTail(seq.tail_slot, p.imported_tail->tail.data());
+      seq.tail_first_block = p.imported_tail->tail_first_block;
+      continue;
+    }
     if (p.num_computed_tokens % bs == 0) continue;
     // A partial block that a block copy gave this sequence: its rows are in the source's tail.
     const int32_t block = seq.block_table[p.num_computed_tokens / bs];
@@ -142,6 +176,7 @@ void LocalExecutor::Unstage() {
   }
   entries_.clear();
   staged_.clear();
+  pending_exports_.clear();
 }
 
 void LocalExecutor::Commit(const StepPlan& plan, const StepResult& result) {
@@ -155,6 +190,10 @@ void LocalExecutor::Commit(const StepPlan& plan, const StepResult& result) {
   for (SequenceId id : plan.finished) sequences_.erase(id);
   for (auto& [id, seq] : staged_) sequences_[id] = std::move(seq);
   staged_.clear();
+  for (size_t i = 0; i < pending_exports_.size(); ++i) {
+    *plan.kv_exports[i].out = std::move(pending_exports_[i]);
+  }
+  pending_exports_.clear();
 }
 
 StepBatch LocalExecutor::BuildBatch(int32_t graph_batch) {

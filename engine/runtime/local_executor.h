@@ -7,7 +7,13 @@
 // committed only once every call that can fail (forward pass, device synchronization) has
 // succeeded, so a failed step, refused or not, leaves every sequence as it was. What a failed
 // step may have written is KV data of the positions it computes and of its copy destinations,
-// blocks the plan gave to its own sequences.
+// blocks the plan gave to its own sequences, of its import destinations, blocks no sequence
+// holds, and the residual tails of its new sequences; its exports' blobs are left untouched.
+//
+// KV transfers (engine/api/step.h KvImport, KvExport): validated with the rest of the plan; then
+// block copies, imports and exports run in that order before the forward pass, and a new
+// sequence that carries an imported tail has it written into the tail slot it is given. The
+// exported blobs are filled only when the step succeeds.
 //
 // Thread safety: Execute is called by one thread (the engine loop).
 #pragma once
@@ -20,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/container/node_hash_map.h"
 #include "absl/status/statusor.h"
 #include "engine/api/executor.h"
@@ -97,9 +104,22 @@ class LocalExecutor final : public Executor {
   absl::Status ValidateNew(const NewSequencePlan& plan) const;
   absl::Status ValidateBlocks(SequenceId id, const std::vector<int32_t>& existing,
                               const std::vector<BlockId>& added, int32_t num_tokens) const;
+  // The plan's KV imports (block ids, layout, sizes; destinations that no sequence held after
+  // the plan's releases, no new sequence and no block copy of the plan writes) and exports
+  // (block ids, an output each, tail owners held after the releases), given the sequences the
+  // plan finishes.
+  absl::Status ValidateImports(const StepPlan& plan,
+                               const absl::flat_hash_set<SequenceId>& finished) const;
+  absl::Status ValidateExports(const StepPlan& plan,
+                               const absl::flat_hash_set<SequenceId>& finished) const;
+  // A new sequence's imported residual tail (engine/api/step.h NewSequencePlan::imported_tail).
+  absl::Status ValidateImportedTail(const NewSequencePlan& plan) const;
   // Prepares the step without committing it: new sequences go to staged_, continuing ones get
-  // their appended blocks, block copies are queued, entries_ lists the step's sequences.
+  // their appended blocks, block copies and imports are queued, entries_ lists the step's
+  // sequences.
   void Stage(const StepPlan& plan);
+  // Runs the plan's exports into pending_exports_ (Commit hands them to the plan's blobs).
+  absl::Status RunExports(const StepPlan& plan);
   // Undoes Stage after a failure.
   void Unstage();
   // Runs the staged step: the forward pass and sampling, no change to sequence state.
@@ -115,8 +135,8 @@ class LocalExecutor final : public Executor {
   // Allocates the step-input buffer for the largest step, at fixed offsets.
   absl::Status AllocateStepInputs(int32_t max_tokens, int32_t max_seqs, int32_t max_blocks_per_seq);
   // Low-bit KV formats: gives each new sequence of the step a free tail slot (the slots of the
-  // sequences the plan finishes are free) and copies the tails that the plan's block copies of
-  // partial blocks carry.
+  // sequences the plan finishes are free), writes the tails new sequences import, and copies
+  // the tails that the plan's block copies of partial blocks carry.
   void AssignTailSlots(const StepPlan& plan);
   // The held sequence whose partial last block (kept in its tail) is `block`; null if none.
   const Sequence* PartialBlockOwner(int32_t block) const;
@@ -147,6 +167,8 @@ class LocalExecutor final : public Executor {
   // Per-step staging, reused across steps.
   std::vector<Entry> entries_;
   std::vector<LogitRequest> logit_requests_;
+  // The step's exported blobs, until Commit moves them into the plan's outputs.
+  std::vector<KvBlob> pending_exports_;
   std::vector<int32_t> token_ids_, positions_, slots_, query_start_, seq_lens_, block_tables_,
       tail_slots_, tail_first_blocks_;
   std::vector<float> rope_cos_, rope_sin_;
