@@ -114,6 +114,7 @@ void EngineLoop::Stop() {
 
 void EngineLoop::Run() {
   while (DrainInbox()) {
+    if (scheduler_.HasTransfers()) RunTransferStep();
     if (scheduler_.HasWork()) {
       RunOneStep();
     } else {
@@ -227,6 +228,23 @@ void EngineLoop::RunOneStep() {
   }
   Publish(scheduler_.TakeOutputs());
   RunAfterStep(!failed);
+}
+
+void EngineLoop::RunTransferStep() {
+  const StepPlan plan = scheduler_.ScheduleTransfers();
+  absl::StatusOr<StepResult> result = executor_.Execute(plan);
+  if (!result.ok() && IsFatalDeviceError(result.status())) {
+    FailEverything(result.status());
+    return;
+  }
+  bool ok = result.ok();
+  if (ok) {
+    ok = scheduler_.Update(*result).ok();
+  } else {
+    LOOM_LOG(kError, "a KV transfer step failed: ", result.status().message());
+  }
+  if (!ok) (void)scheduler_.AbandonStep(/*engine_applied_plan=*/false);
+  RunAfterStep(ok);
 }
 
 // The step did not complete: the requests of the sequences it touched end with the error, the

@@ -125,6 +125,8 @@ class EngineLoop {
   void Run();
   bool DrainInbox();  // false when stopping
   void RunOneStep();
+  // Runs the waiting KV transfers as a plan of their own (no forward pass).
+  void RunTransferStep();
   void Publish(std::vector<ChoiceOutput> outputs);
   // The step did not complete: ends the requests of the sequences `touched` (all of the step's
   // when null); see Scheduler::AbandonStep.

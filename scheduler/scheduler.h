@@ -119,6 +119,12 @@ class Scheduler {
   // by TakeOutputs. The plan may be empty (nothing to do).
   StepPlan Schedule(int64_t now_ms);
 
+  // KV transfers are waiting (ImportForMigration, ExportForMigration).
+  bool HasTransfers() const { return !pending_exports_.empty() || !pending_imports_.empty(); }
+  // A plan of only the waiting KV transfers (no sequence computes), so that a migration's copy
+  // waits for no forward pass; Update takes its (empty) result like any other.
+  StepPlan ScheduleTransfers();
+
   // Applies the executor's result for the plan Schedule returned last. InternalError, with
   // nothing applied, when the result is not that plan's (another step_id, other sequences): the
   // caller then abandons the step (AbandonStep with engine_applied_plan = true).

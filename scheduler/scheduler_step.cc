@@ -49,6 +49,29 @@ StepPlan Scheduler::Schedule(int64_t now_ms) {
   return plan;
 }
 
+StepPlan Scheduler::ScheduleTransfers() {
+  LOOM_CHECK(in_flight_.empty(), "ScheduleTransfers called with a step in flight");
+  StepPlan plan;
+  plan.step_id = next_step_id_++;
+  in_flight_step_id_ = plan.step_id;
+  last_finished_.clear();
+  num_new_in_flight_ = 0;
+  // Exports of sequences waiting to be released wait for the next full plan (which drops them).
+  std::vector<KvExport> later;
+  for (KvExport& e : pending_exports_) {
+    if (e.tail_of.value() != 0 &&
+        std::find(released_.begin(), released_.end(), e.tail_of) != released_.end()) {
+      later.push_back(std::move(e));
+    } else {
+      plan.kv_exports.push_back(std::move(e));
+    }
+  }
+  pending_exports_ = std::move(later);
+  plan.kv_imports = std::move(pending_imports_);
+  pending_imports_.clear();
+  return plan;
+}
+
 int32_t Scheduler::PrefillChunk(const Seq& seq, int32_t budget) const {
   int32_t remaining = static_cast<int32_t>(seq.tokens.size()) - seq.num_computed;
   if (config_.max_prefill_chunk > 0) remaining = std::min(remaining, config_.max_prefill_chunk);

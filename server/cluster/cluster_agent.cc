@@ -39,6 +39,28 @@ void ClusterAgent::Stop() {
   if (worker_.joinable()) worker_.join();
 }
 
+std::shared_ptr<RequestStream> ClusterAgent::Submit(SchedRequest request) {
+  auto stream = std::make_shared<RequestStream>(request.id, std::max(request.n, 1));
+  const bool movable = request.n == 1 && request.sampling.prompt_logprobs < 0;
+  if (manager_ != nullptr && ctx_.config.cluster_dispatch && movable &&
+      manager_reachable_.load() && !ctx_.draining.load()) {
+    grpc::ClientContext call;
+    call.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
+    v1::DispatchRequest ask;
+    ask.set_from_instance(instance_id_);
+    ask.set_prompt_tokens(static_cast<int32_t>(request.prompt.size()));
+    ask.set_priority(request.priority);
+    v1::DispatchReply where;
+    if (manager_->Dispatch(&call, ask, &where).ok() && !where.grpc_address().empty() &&
+        where.instance_id() != instance_id_ && where.grpc_address() != grpc_address_) {
+      migrator_.Forward(std::move(request), where.grpc_address(), stream);
+      return stream;
+    }
+  }
+  ctx_.engine->SubmitTo(std::move(request), stream);
+  return stream;
+}
+
 v1::InstanceLoad ClusterAgent::CurrentLoad() {
   const bool draining = ctx_.draining.load() || drain_ordered_.load();
   const int32_t below = static_cast<int32_t>(ctx_.config.high_priority_below);

@@ -30,6 +30,11 @@ class ClusterAgent {
   void Start();
   void Stop();
 
+  // ServingContext::submit in a cluster: asks the manager where a new request should run (with
+  // a short deadline) and forwards it there, or runs it here when the answer is here, there is
+  // no answer, or the request cannot move (several choices, prompt log-probabilities).
+  std::shared_ptr<RequestStream> Submit(SchedRequest request);
+
   // The load report as sent (for tests and metrics).
   v1::InstanceLoad CurrentLoad();
   bool manager_reachable() const { return manager_reachable_.load(); }

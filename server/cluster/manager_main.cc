@@ -35,6 +35,7 @@ ManagerPolicyOptions PolicyOptionsFrom(const ServerConfig& c) {
   o.instance_timeout_ms = c.manager_instance_timeout_ms;
   o.dispatch_top_k = static_cast<int32_t>(c.manager_dispatch_top_k);
   o.migrate_out_below = c.manager_migrate_out_below;
+  o.migration = c.manager_migration;
   o.migrate_in_above = c.manager_migrate_in_above;
   o.scale_out_below = c.manager_scale_out_below;
   o.scale_in_above = c.manager_scale_in_above;

@@ -192,8 +192,10 @@ ManagerPolicy::PairRole ManagerPolicy::RoleOf(const Instance& instance) const {
     return l.num_running() + l.num_waiting() > 0 ? PairRole::kSource : PairRole::kNone;
   }
   if (freeness < options_.migrate_out_below || l.num_preempted_waiting() > 0) {
-    // Only a running request is ever moved; without one there is nothing to order.
-    return l.shortest_running_blocks() > 0 ? PairRole::kSource : PairRole::kNone;
+    // Only a running request is ever moved; without one there is nothing to order. Without
+    // load-balancing migrations only drains move requests.
+    return options_.migration && l.shortest_running_blocks() > 0 ? PairRole::kSource
+                                                                  : PairRole::kNone;
   }
   return freeness > options_.migrate_in_above ? PairRole::kDestination : PairRole::kNone;
 }

@@ -77,6 +77,8 @@ struct ManagerPolicyOptions {
   double migrate_in_above = 10.0;
   double scale_out_below = 5.0;
   double scale_in_above = 60.0;
+  // false: no load-balancing migrations (dispatch only); drains still move requests.
+  bool migration = true;
 };
 
 // The scale signal: add an instance, keep, or remove one.

@@ -214,6 +214,7 @@ void Migrator::Forward(SchedRequest request, const std::string& address,
       ctx_.engine->SubmitTo(std::move(request), std::move(stream));
     } else if (accepted) {
       ++forwarded_;
+      if (ctx_.metrics != nullptr) ctx_.metrics->ObserveForwarded();
     }
     std::lock_guard<std::mutex> lock(mu_);
     relays_.erase(relay->id);

@@ -69,6 +69,7 @@ struct ServerConfig {
   std::string cluster_manager;    // the manager's gRPC host:port; empty = standalone
   std::string advertise_host;     // how other instances reach this one; empty = host
   int64_t cluster_report_interval_ms = 100;
+  bool cluster_dispatch = true;  // ask the manager where each new request should run
   double priority_headroom_fraction = 0.5;  // of the blocks, while high-priority requests run
   int64_t high_priority_below = 0;          // priority values below this are high priority
   int64_t migration_max_stages = 3;
@@ -84,6 +85,7 @@ struct ServerConfig {
   double manager_migrate_in_above = 10.0;
   double manager_scale_out_below = 5.0;     // average freeness
   double manager_scale_in_above = 60.0;
+  bool manager_migration = true;
 };
 
 // Where values come from besides the flags (tests inject a fake environment).

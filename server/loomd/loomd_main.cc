@@ -225,6 +225,7 @@ int Run(const std::vector<std::string>& args) {
       agent = std::make_unique<cluster::ClusterAgent>(ctx, migrator, instance_id, grpc_address,
                                                       StrCat(advertise, ":", (*server)->port()));
       agent->Start();
+      ctx.submit = [a = agent.get()](SchedRequest r) { return a->Submit(std::move(r)); };
       LOOM_LOG(kInfo, "cluster: instance ", instance_id, " reports to ", config.cluster_manager);
     }
   }

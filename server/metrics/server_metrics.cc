@@ -75,6 +75,10 @@ class ServerMetrics::Impl {
                        .Name("loom_migrations_total")
                        .Help("Live migrations out of this instance, by outcome.")
                        .Register(*registry_);
+    forwarded_ = &prometheus::BuildCounter()
+                      .Name("loom_requests_forwarded_total")
+                      .Help("New requests run on another instance by the manager's dispatch.")
+                      .Register(*registry_);
     migration_downtime_ = &prometheus::BuildHistogram()
                                .Name("loom_migration_downtime_seconds")
                                .Help("Freeze to the destination's first output, per migration.")
@@ -139,6 +143,11 @@ class ServerMetrics::Impl {
       migration_downtime_->Add({{"model_name", options_.model_name}}, kItlBuckets)
           .Observe(downtime_s);
     }
+  }
+
+  void ObserveForwarded() {
+    std::lock_guard<std::mutex> lock(mu_);
+    forwarded_->Add({{"model_name", options_.model_name}}).Increment();
   }
 
   void ObserveInterToken(double seconds, int64_t num_tokens) {
@@ -224,6 +233,7 @@ class ServerMetrics::Impl {
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>* migrations_ = nullptr;
   prometheus::Family<Histogram>* migration_downtime_ = nullptr;
+  prometheus::Family<prometheus::Counter>* forwarded_ = nullptr;
   Histogram::BucketBoundaries length_buckets_;
   std::vector<View> views_;
   std::mutex mu_;
@@ -257,6 +267,7 @@ void ServerMetrics::ObserveRejected(const absl::Status& status) {
   impl_->ObserveRejected(RejectionReason(status.code()));
 }
 void ServerMetrics::ObserveInterToken(double s, int64_t n) { impl_->ObserveInterToken(s, n); }
+void ServerMetrics::ObserveForwarded() { impl_->ObserveForwarded(); }
 void ServerMetrics::ObserveMigration(std::string_view outcome, double downtime_s) {
   impl_->ObserveMigration(outcome, downtime_s);
 }

@@ -76,6 +76,9 @@ class ServerMetrics {
   // aborted: the request stayed here, failed: it ended with an error) and, when committed,
   // loom_migration_downtime_seconds.
   void ObserveMigration(std::string_view outcome, double downtime_s);
+  // A new request the manager's dispatch sent to another instance (it ran there; this instance
+  // relayed its outputs): loom_requests_forwarded_total.
+  void ObserveForwarded();
   // The Prometheus text exposition of everything.
   std::string Render() const;
 

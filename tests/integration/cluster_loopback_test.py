@@ -83,12 +83,12 @@ def metric(port, name, label=""):
 
 
 class Instance:
-    def __init__(self, manager_grpc, name):
+    def __init__(self, manager_grpc, name, *extra):
         self.proc = start([ARGS.loomd, "--model", ARGS.model, "--host", "127.0.0.1", "--port", "0",
                            "--grpc-port", "0", "--kv-cache-mb", "64", "--threads", "1",
                            "--api-keys", KEY, "--served-model-name", "m",
                            "--instance-id", name, "--cluster-manager", manager_grpc,
-                           "--cluster-report-interval-ms", "50"])
+                           "--cluster-report-interval-ms", "50", *extra])
         lines = wait_line(self.proc, "listening on", 2)
         self.port = port_of(next(l for l in lines if "listening" in l and "gRPC" not in l))
         self.name = name
@@ -114,6 +114,7 @@ class LoopbackClusterTest(unittest.TestCase):
         cls.manager = start([ARGS.loomd, "--role", "manager", "--host", "127.0.0.1", "--port", "0",
                              "--grpc-port", "0", "--api-keys", KEY,
                              "--manager-pair-interval-ms", "100",
+                             "--manager-dispatch-top-k", "1",
                              "--manager-migrate-out-below", "100",
                              "--manager-migrate-in-above", "150",
                              "--manager-instance-timeout-ms", "1500"])
@@ -121,7 +122,12 @@ class LoopbackClusterTest(unittest.TestCase):
         grpc_line = next(l for l in lines if "gRPC" in l)
         cls.manager_grpc = f"127.0.0.1:{port_of(grpc_line)}"
         cls.manager_http = port_of(lines[-1])
-        cls.instances = [Instance(cls.manager_grpc, n) for n in ("hot", "cold1", "cold2")]
+        cls.instances = []
+        cls.addClassCleanup(cls.stop_all)
+        # All load goes to "hot", which runs what it receives (no dispatch): only migration can
+        # spread it.
+        for name, extra in (("hot", ["--cluster-dispatch=false"]), ("cold1", []), ("cold2", [])):
+            cls.instances.append(Instance(cls.manager_grpc, name, *extra))
         deadline = time.time() + 30
         while time.time() < deadline:
             _, body = get(cls.manager_http, "/v1/instances")
@@ -130,7 +136,7 @@ class LoopbackClusterTest(unittest.TestCase):
             time.sleep(0.1)
 
     @classmethod
-    def tearDownClass(cls):
+    def stop_all(cls):
         for inst in cls.instances:
             stop(inst.proc)
         stop(cls.manager)
@@ -160,7 +166,22 @@ class LoopbackClusterTest(unittest.TestCase):
         moved = metric(target.port, "loom_migrations_total", 'outcome="committed"') - before
         self.assertGreaterEqual(moved, 1)
 
-    def test_3_instances_serve_when_the_manager_dies(self):
+    def test_3_dispatch_sends_new_requests_to_the_least_loaded(self):
+        entry = self.instances[2]
+        before = metric(entry.port, "loom_requests_forwarded_total")
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            # One at a time, so that each dispatch sees the load the previous ones added: the
+            # entry cannot stay the least loaded instance for all four.
+            futures = []
+            for _ in range(4):
+                futures.append(pool.submit(stream, entry.client, 200))
+                time.sleep(0.4)
+            results = [f.result() for f in futures]
+        for finish, _ in results:
+            self.assertEqual(finish, "length")
+        self.assertGreaterEqual(metric(entry.port, "loom_requests_forwarded_total") - before, 1)
+
+    def test_4_instances_serve_when_the_manager_dies(self):
         stop(self.manager)
         time.sleep(0.5)
         for inst in (self.instances[0], self.instances[2]):

@@ -157,8 +157,7 @@ class MigrationTest(unittest.TestCase):
             for i, msg in enumerate(stub.Generate(req, metadata=self.a.md, timeout=300)):
                 self.assertFalse(msg.HasField("error"), msg.error.message)
                 if msg.HasField("chunk"):
-                    for c in msg.chunk.choices:
-                        out.extend(c.token_ids)
+                    out.extend(msg.chunk.token_ids)
                 if on_msg:
                     on_msg(i)
             return out

@@ -307,6 +307,20 @@ TEST(ManagerPolicyTest, PreemptedWaitingRequestsMakeASourceNeverADestination) {
   EXPECT_EQ(policy.PendingOrder("p"), nullptr);
 }
 
+TEST(ManagerPolicyTest, WithoutMigrationOnlyDrainsMoveRequests) {
+  ManagerPolicyOptions o = Options();
+  o.migration = false;
+  ManagerPolicy policy(o, 1);
+  MustReport(policy, MakeReport("src", 0.0, 4, 1), 0);
+  MustReport(policy, MakeReport("free", 200.0, 4, 1), 0);
+  EXPECT_EQ(policy.Pair(0), 0);  // an overloaded instance is not a source
+  EXPECT_EQ(policy.PendingOrder("src"), nullptr);
+  ASSERT_TRUE(policy.Drain("src", 0).ok());
+  EXPECT_EQ(policy.Pair(0), 1);  // a draining one still is, and "free" still takes it
+  ASSERT_NE(policy.PendingOrder("src"), nullptr);
+  EXPECT_EQ(policy.PendingOrder("src")->destination_instance(), "free");
+}
+
 TEST(ManagerPolicyTest, DrainingInstancesAlwaysMoveEverythingAndGetNothingNew) {
   ManagerPolicy policy(Options(), 1);
   v1::InstanceReport a = MakeReport("a", 500.0, 3, 900);  // a huge shortest request
