@@ -140,7 +140,7 @@ if [[ -n "$cuda_loomd" ]]; then
   check "LOOM_BACKEND=cuda without a GPU fails at start" test "$rc" -ne 0
   check "... with a clear error" grep -q "CUDA backend needs an NVIDIA GPU" <<<"$log"
   port=$(ct_free_port)
-  cid=$(ct_podman run -d --network host "${LOOM_CT_ULIMITS[@]}" \
+  cid=$(ct_podman run -d --network host "${LOOM_CT_ULIMITS[@]}" --health-interval disable \
     -v "$(realpath "$model"):/models/$(basename "$model"):ro" \
     -e LOOM_HOST=127.0.0.1 -e "LOOM_PORT=$port" -e LOOM_THREADS=1 -e LOOM_KV_CACHE_MB=64 "$cuda_image")
   containers+=("$cid")
