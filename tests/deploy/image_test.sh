@@ -8,6 +8,7 @@
 #   - the runtime image is under 300 MB (no model bundled) and runs as a non-root user;
 #   - the model comes from the /models volume (the entry point finds the one .gguf file there)
 #     and LOOM_* variables configure loomd: it serves a completion under the served name given;
+#   - it runs with a read-only root file system (as deploy/k8s/ runs it);
 #   - its HEALTHCHECK passes once ready; `podman stop` (SIGTERM) ends it with exit code 0.
 # CUDA image (deploy/docker/Containerfile.cuda, only with --cuda-loomd): built from the same base
 # plus the CUDA libraries copied from the toolkit of this machine; under 3 GB; with no GPU,
@@ -105,7 +106,7 @@ check "the image declares the /models volume" grep -q '"/models"' <<<"$(image_co
 check "the image runs as user 10001" grep -q '"10001:10001"' <<<"$(image_config "$cpu_image" User)"
 
 port=$(ct_free_port)
-cid=$(ct_podman run -d --network host "${LOOM_CT_ULIMITS[@]}" --health-interval disable \
+cid=$(ct_podman run -d --network host "${LOOM_CT_ULIMITS[@]}" --health-interval disable --read-only \
   -v "$(realpath "$model"):/models/$(basename "$model"):ro" \
   -e LOOM_HOST=127.0.0.1 -e "LOOM_PORT=$port" -e LOOM_THREADS=1 -e LOOM_KV_CACHE_MB=64 \
   -e LOOM_SERVED_MODEL_NAME=smollm2-in-a-box "$cpu_image")
@@ -118,6 +119,9 @@ echo "deploy: completion: $answer"
 check "the container serves a completion" grep -q '"text_completion"' <<<"$answer"
 check "LOOM_SERVED_MODEL_NAME reached loomd" grep -q '"model":"smollm2-in-a-box"' <<<"$answer"
 check "the healthcheck passes" ct_podman healthcheck run "$cid"
+# ... and is not trivially true: pointed at a port where nothing listens, it fails.
+check "the healthcheck fails when /readyz does not answer" \
+  bash -c "! podman --cgroup-manager=cgroupfs --runtime runc exec -e LOOM_PORT=1 '$cid' /usr/local/bin/loom-healthcheck"
 start=$SECONDS
 ct_podman stop -t 60 "$cid" >/dev/null
 exit_code=$(ct_podman inspect --format '{{.State.ExitCode}}' "$cid")
