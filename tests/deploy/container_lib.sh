@@ -46,6 +46,36 @@ ct_base_image() {
   echo "$tag"
 }
 
+# ct_build_base_image BASE: prints the name of BASE with the build stage's Debian packages
+# installed (the packages of the first RUN of deploy/docker/Containerfile, read from it), made
+# once per base and package list. The tests build FROM it without a layer cache: the
+# Containerfile's own apt-get step then finds everything installed, and no intermediate layers
+# pile up in the container storage from one run to the next.
+ct_build_base_image() {
+  local base="$1" root
+  root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+  local packages
+  packages="$(sed -n '/^RUN apt-get update/,/rm -rf/p' "$root/deploy/docker/Containerfile" |
+    tr -s ' \\\n' ' ' | sed 's/.*--no-install-recommends //; s/ &&.*//')"
+  [[ -n "$packages" ]] || { echo "deploy: no apt-get step found in deploy/docker/Containerfile" >&2; return 1; }
+  local tag
+  tag="localhost/loom-test-build:$(printf '%s %s' "$base" "$packages" | sha256sum | cut -c1-16)"
+  if ! ct_podman image exists "$tag"; then
+    local ctr
+    ctr="$(ct_buildah from --pull=false "$base")"
+    # shellcheck disable=SC2086 -- the package list is words
+    local log
+    log="$(mktemp)"
+    echo "deploy: installing the build stage's packages into $tag" >&2
+    ct_buildah run --isolation chroot --network host "$ctr" -- sh -c \
+      "apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $packages && rm -rf /var/lib/apt/lists/*" \
+      >"$log" 2>&1 || { tail -n 30 "$log" >&2; rm -f "$log"; ct_buildah rm "$ctr" >/dev/null; return 1; }
+    rm -f "$log"
+    ct_buildah commit -q --rm "$ctr" "$tag" >/dev/null
+  fi
+  echo "$tag"
+}
+
 # ct_free_port: a TCP port free on loopback now (the containers share the host's network).
 ct_free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'

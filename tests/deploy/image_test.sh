@@ -9,7 +9,9 @@
 #   - the model comes from the /models volume (the entry point finds the one .gguf file there)
 #     and LOOM_* variables configure loomd: it serves a completion under the served name given;
 #   - it runs with a read-only root file system (as deploy/k8s/ runs it);
-#   - its HEALTHCHECK passes once ready; `podman stop` (SIGTERM) ends it with exit code 0.
+#   - its HEALTHCHECK passes once ready; `podman stop` (SIGTERM) ends it with exit code 0;
+#   - built with WITH_DEFAULT_MODEL=1 (the model copied in from --model), it serves that model
+#     with no volume mounted.
 # CUDA image (deploy/docker/Containerfile.cuda, only with --cuda-loomd): built from the same base
 # plus the CUDA libraries copied from the toolkit of this machine; under 3 GB; with no GPU,
 # LOOM_BACKEND=cuda fails at start with a clear error, and the CPU backend serves.
@@ -57,13 +59,15 @@ cleanup() {
 trap cleanup EXIT
 
 base="$(ct_base_image)"
-echo "deploy: base image $base"
+build_base="$(ct_build_base_image "$base")"
+echo "deploy: base image $base; build stage base $build_base"
 
 # build_image CONTAINERFILE TAG LOOMD [buildah arguments...]
 build_image() {
-  local file="$1" tag="$2" bin="$3"
+  local file="$1" tag="$2" bin
+  bin="$(realpath "$3")"
   shift 3
-  local args=(--build-arg "BUILD_BASE=$base" --build-arg "RUNTIME_BASE=$base")
+  local args=(--build-arg "BUILD_BASE=$build_base" --build-arg "RUNTIME_BASE=$base")
   if [[ "${LOOM_DEPLOY_FROM_SOURCE:-0}" == 1 ]]; then
     local ccache_dir="${CCACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/loom/ccache}"
     mkdir -p "$ccache_dir"
@@ -73,15 +77,21 @@ build_image() {
       --build-arg "LOOMD_PREBUILT=/prebuilt/$(basename "$bin")"
       --build-arg "LOOMD_PREBUILT_SHA256=$(sha256sum "$bin" | cut -d' ' -f1)")
   fi
-  local start=$SECONDS
+  local start=$SECONDS old_id=""
+  old_id="$(ct_podman image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)"
   # --format docker: the OCI image format has no HEALTHCHECK (buildah would drop it).
-  ct_buildah bud --isolation chroot --network host --layers --format docker "${LOOM_CT_ULIMITS[@]}" \
+  # --layers=false: no cache of intermediate layers to grow with every change of the sources.
+  ct_buildah bud --isolation chroot --network host --layers=false --format docker "${LOOM_CT_ULIMITS[@]}" \
     "${args[@]}" "$@" -f "$root/$file" -t "$tag" "$root" >"$work/build-$(basename "$file").log" 2>&1 || {
     tail -n 40 "$work/build-$(basename "$file").log" >&2
     echo "FAIL: building $file (log: $work/build-$(basename "$file").log)" >&2
     exit 1
   }
   echo "deploy: built $tag from $file in $((SECONDS - start))s"
+  # The image this one replaced under the same tag.
+  if [[ -n "$old_id" && "$old_id" != "$(ct_podman image inspect --format '{{.Id}}' "$tag")" ]]; then
+    ct_podman rmi "$old_id" >/dev/null 2>&1 || true
+  fi
 }
 
 image_mb() {
@@ -126,6 +136,23 @@ start=$SECONDS
 ct_podman stop -t 60 "$cid" >/dev/null
 exit_code=$(ct_podman inspect --format '{{.State.ExitCode}}' "$cid")
 check "SIGTERM drains and exits 0 (exit code $exit_code after $((SECONDS - start))s)" test "$exit_code" = 0
+
+# --- the CPU image with the default model bundled, run with nothing mounted
+model_image=localhost/loom:cpu-model-test
+build_image deploy/docker/Containerfile "$model_image" "$loomd" --build-arg WITH_DEFAULT_MODEL=1 \
+  -v "$(dirname "$(realpath "$model")"):/prebuilt-model:ro" \
+  --build-arg "MODEL_PREBUILT=/prebuilt-model/$(basename "$(realpath "$model")")"
+echo "deploy: CPU image size with the default model: $(image_mb "$model_image") MB"
+port=$(ct_free_port)
+cid=$(ct_podman run -d --network host "${LOOM_CT_ULIMITS[@]}" --health-interval disable --read-only \
+  -e LOOM_HOST=127.0.0.1 -e "LOOM_PORT=$port" -e LOOM_THREADS=1 -e LOOM_KV_CACHE_MB=64 "$model_image")
+containers+=("$cid")
+ct_wait_listening "$cid" 180
+answer=$(curl -sS --max-time 120 "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"prompt": "Hello", "max_tokens": 4}' || true)
+check "with WITH_DEFAULT_MODEL=1 and no volume, the bundled model serves" \
+  grep -q '"model":"SmolLM2-135M-Instruct' <<<"$answer"
+ct_podman stop -t 60 "$cid" >/dev/null
 
 # --- the CUDA image (its CPU-only behaviour: there is no GPU here)
 if [[ -n "$cuda_loomd" ]]; then
