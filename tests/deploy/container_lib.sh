@@ -1,5 +1,5 @@
 # Shared by the tests of tests/deploy/ (sourced): buildah and podman as they work on a machine
-# without a registry or a systemd session (shared/reference notes: chroot isolation, host network,
+# without a registry or systemd (chroot isolation, host network,
 # runc with cgroupfs, explicit ulimits), and a Debian 12 base image made by debootstrap.
 
 # Ulimits at or below the sandbox's hard limits (podman's defaults exceed them).
