@@ -44,6 +44,9 @@ apt_packages=(
   python3 python3-venv python3-pip
   # tests/run.sh's fresh-machine stage makes a minimal Debian root
   debootstrap
+  # tests/deploy/: container images built with buildah and run with podman (runc, the root's
+  # uid maps, overlay storage, user-mode networking), nginx as the load balancer
+  buildah podman runc uidmap fuse-overlayfs slirp4netns nginx
 )
 
 if [[ $apt -eq 1 ]]; then
@@ -64,7 +67,7 @@ fi
 python_packages=(numpy:numpy safetensors:safetensors tokenizers:tokenizers jinja2:jinja2
   openai:openai grpcio:grpc grpcio-tools:grpc_tools grpcio-health-checking:grpc_health
   grpcio-reflection:grpc_reflection gguf:gguf transformers:transformers
-  sentencepiece:sentencepiece)
+  sentencepiece:sentencepiece pyyaml:yaml kubernetes-validate:kubernetes_validate)
 if [[ $golden -eq 1 ]]; then
   python_packages+=(torch:torch accelerate:accelerate)
 fi

@@ -9,6 +9,11 @@
 #                           root and about 10 minutes with a warm compiler cache)
 #   LOOM_TEST_SANITIZE=1    additionally build the ASan/UBSan preset and run its tests
 #   LOOM_FUZZ_SECONDS=N     seconds per fuzz target (default 60; 0 skips fuzzing)
+#   LOOM_DEPLOY_TESTS=0     skip the deployment stage (tests/deploy/run.sh: the monitoring files,
+#                           the Kubernetes manifests, two loomd behind nginx drained under load
+#                           with Prometheus scraping, the container images built and run; about
+#                           4 minutes with warm caches); CI always runs it
+#   LOOM_DEPLOY_CUDA_IMAGE=0  in that stage, skip the CUDA image (built when the CUDA preset was)
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -68,5 +73,13 @@ if command -v nvcc >/dev/null 2>&1; then
   run_preset cuda-release -L "gpu|golden"
 else
   echo "=== nvcc not found: skipping the CUDA build"
+fi
+# The deployment files as users run them (tests/deploy/run.sh). LOOM_DEPLOY_TESTS=0 skips it for
+# quick local runs; CI always runs it.
+if [[ "${LOOM_DEPLOY_TESTS:-1}" != "0" || "${CI:-}" == "true" ]]; then
+  echo "=== deploy: images, load balancer, Prometheus, Kubernetes manifests"
+  tests/deploy/run.sh
+else
+  echo "=== deploy: skipped (LOOM_DEPLOY_TESTS=0)"
 fi
 echo "=== all tests passed"
