@@ -20,7 +20,33 @@ grpc::Status ToGrpc(const absl::Status& s) {
 }  // namespace
 
 InstanceService::InstanceService(ServingContext& context, Migrator& migrator)
-    : ctx_(context), migrator_(migrator) {}
+    : ctx_(context), migrator_(migrator), watchdog_([this] { Watchdog(); }) {}
+
+InstanceService::~InstanceService() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  watchdog_.join();
+}
+
+void InstanceService::Watchdog() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!cv_.wait_for(lock, std::chrono::milliseconds(250), [&] { return stopping_; })) {
+    if (reservations_.empty()) continue;
+    const int64_t stale = ctx_.now_ms() - ctx_.config.reservation_timeout_ms;
+    std::vector<uint64_t> expired;
+    for (const auto& [id, last] : reservations_) {
+      if (last < stale) expired.push_back(id);
+    }
+    for (uint64_t id : expired) reservations_.erase(id);
+    if (expired.empty()) continue;
+    lock.unlock();
+    ExpireReservations();
+    lock.lock();
+  }
+}
 
 grpc::Status InstanceService::Authorize(const grpc::ServerContext& call) const {
   if (ctx_.config.api_keys.empty()) return grpc::Status::OK;
@@ -116,6 +142,11 @@ grpc::Status InstanceService::PushBlocks(grpc::ServerContext* call,
   blob->blocks.assign(in->blocks().begin(), in->blocks().end());
   const uint64_t rid = in->reservation_id();
   const int32_t first = in->first_block();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = reservations_.find(rid);
+    if (it != reservations_.end()) it->second = ctx_.now_ms();
+  }
   std::optional<absl::Status> done = CallOnLoop<absl::Status>(
       *ctx_.engine, ctx_.config.migration_timeout_ms,
       [rid, first, blob](LoopAccess& loop, std::function<void(absl::Status)> reply) {

@@ -14,7 +14,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <condition_variable>
 #include <mutex>
+#include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "loom/v1/cluster.grpc.pb.h"
@@ -27,6 +29,7 @@ class Migrator;
 class InstanceService final : public v1::Instance::Service {
  public:
   InstanceService(ServingContext& context, Migrator& migrator);
+  ~InstanceService() override;  // stops the reservation watchdog
 
   grpc::Status Reserve(grpc::ServerContext* call, const v1::ReserveRequest* in,
                        v1::ReserveResponse* out) override;
@@ -42,6 +45,9 @@ class InstanceService final : public v1::Instance::Service {
  private:
   grpc::Status Authorize(const grpc::ServerContext& call) const;
   void ExpireReservations();
+  // Every few hundred milliseconds while reservations are open: frees those whose source went
+  // silent (no call for reservation_timeout_ms).
+  void Watchdog();
   void Forget(uint64_t reservation);
 
   ServingContext& ctx_;
@@ -49,6 +55,9 @@ class InstanceService final : public v1::Instance::Service {
   std::mutex mu_;
   // Open reservations and when each was last used, for the in-flight bound.
   absl::flat_hash_map<uint64_t, int64_t> reservations_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::thread watchdog_;
 };
 
 }  // namespace loom::cluster

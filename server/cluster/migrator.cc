@@ -336,6 +336,11 @@ MigrationOutcome Migrator::MigrateOne(RequestId id, const std::string& address,
     }
     sent = ex.total_blocks;
     if (!frozen && ex.num_blocks <= ctx_.config.migration_last_stage_blocks) last = true;
+    LOOM_LOG(kInfo, "migration of request ", id, ": stage ", result.stages, frozen ? " (last)" : "",
+             " sent ", ex.num_blocks, " blocks");
+    if (ctx_.config.migration_stage_pause_ms > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(ctx_.config.migration_stage_pause_ms));
+    }
   }
 
   // Commit: the destination installs the request and answers `accepted`.

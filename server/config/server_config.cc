@@ -139,6 +139,10 @@ const std::vector<Key>& Keys() {
        &C::migration_timeout_ms, {10, 600000}},
       {"migration_max_in_flight", "migrations", "migrations per instance at once, in and out",
        &C::migration_max_in_flight, {1, 64}},
+      {"migration_stage_pause_ms", "ms",
+       "pause after each migration stage, the last included (spreads copy traffic; the fault "
+       "tests use it to stop a process mid-migration); 0 = none",
+       &C::migration_stage_pause_ms, {0, 600000}},
       {"reservation_timeout_ms", "ms",
        "blocks reserved for an incoming migration are freed after this long without a call",
        &C::reservation_timeout_ms, {100, 3600000}},

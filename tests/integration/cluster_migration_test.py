@@ -253,6 +253,101 @@ class FaultTest(unittest.TestCase):
             self.assertEqual(b.stop(), 0)
 
 
+class StageFaultTest(unittest.TestCase):
+    """Each side killed at each stage. The source pauses PAUSE seconds after every stage (the
+    last included, when the request is frozen), so a kill lands inside a known stage: at
+    t0 + PAUSE / 2 the blocks of the pre-copy stage are on the destination and the request still
+    runs at the source; at t0 + 1.5 PAUSE it is frozen, its last blocks copied, and Resume not
+    yet called."""
+    PAUSE = 1.5
+
+    def setUp(self):
+        self.a = Loomd("--migration-stage-pause-ms", str(int(self.PAUSE * 1000)),
+                       "--migration-last-stage-blocks", "100000")
+        self.b = Loomd("--reservation-timeout-ms", "2000")
+        self.free_b = self.b.generation.GetLoad(gpb.GetLoadRequest(), metadata=self.b.md,
+                                                timeout=10).num_free_blocks
+
+    def tearDown(self):
+        self.a.stop(signal.SIGKILL)
+        self.b.stop(signal.SIGKILL)
+
+    def run_with_kill(self, victim, at, max_tokens=400):
+        """Streams on a, starts the move after 5 chunks and kills `victim` `at` seconds later.
+        Returns (the stream's (text, finish) or the exception, the migration results)."""
+        results, errors = [], []
+
+        def migrate():
+            try:
+                results.extend(self.a.migrate_out(self.b.grpc_address).results)
+            except grpc.RpcError as e:
+                errors.append(e)
+
+        def on_chunk(i):
+            if i == 5:
+                threading.Thread(target=migrate).start()
+                threading.Timer(at, lambda: victim.proc.send_signal(signal.SIGKILL)).start()
+
+        try:
+            got = stream_completion(self.a, on_chunk=on_chunk, max_tokens=max_tokens)
+        except Exception as e:  # the client's connection to a killed source
+            got = e
+        deadline = time.time() + 30
+        while not results and not errors and time.time() < deadline:
+            time.sleep(0.1)
+        return got, results
+
+    def assert_destination_frees_everything(self):
+        deadline = time.time() + 20
+        load = None
+        while time.time() < deadline:
+            load = self.b.generation.GetLoad(gpb.GetLoadRequest(), metadata=self.b.md, timeout=10)
+            if load.num_free_blocks == self.free_b and load.num_running_requests == 0:
+                break
+            time.sleep(0.2)
+        self.assertEqual(load.num_free_blocks, self.free_b, "the reservation was not freed")
+        self.assertEqual(load.num_running_requests, 0)
+
+    def test_destination_killed_during_precopy(self):
+        reference = stream_completion(self.a, max_tokens=400)
+        got, results = self.run_with_kill(self.b, self.PAUSE / 2)
+        self.assertEqual([r.outcome for r in results], ["aborted"])
+        self.assertEqual(got, reference, "the request must finish at home, exactly")
+
+    def test_destination_killed_while_frozen(self):
+        reference = stream_completion(self.a, max_tokens=400)
+        got, results = self.run_with_kill(self.b, self.PAUSE * 1.5)
+        self.assertEqual([r.outcome for r in results], ["aborted"])
+        self.assertEqual(got, reference, "the request must resume at home, exactly")
+
+    def test_source_killed_during_precopy(self):
+        got, _ = self.run_with_kill(self.a, self.PAUSE / 2)
+        self.assertIsInstance(got, Exception)
+        self.assert_destination_frees_everything()
+
+    def test_source_killed_while_frozen(self):
+        got, _ = self.run_with_kill(self.a, self.PAUSE * 1.5)
+        self.assertIsInstance(got, Exception)
+        self.assert_destination_frees_everything()
+
+    def test_request_finishing_during_the_move_stays_finished(self):
+        reference = stream_completion(self.a, max_tokens=30)
+        results = []
+
+        def on_chunk(i):
+            if i == 5:
+                threading.Thread(target=lambda: results.extend(
+                    self.a.migrate_out(self.b.grpc_address).results)).start()
+
+        got = stream_completion(self.a, on_chunk=on_chunk, max_tokens=30)
+        deadline = time.time() + 30
+        while not results and time.time() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(got, reference)
+        self.assertEqual([r.outcome for r in results], ["aborted"])
+        self.assert_destination_frees_everything()
+
+
 def main():
     global ARGS
     parser = argparse.ArgumentParser()
