@@ -147,6 +147,8 @@ class Scheduler {
   std::vector<ChoiceOutput> TakeOutputs();
 
   bool HasWork() const;
+  // Whether request `id` is here (not finished).
+  bool Contains(RequestId id) const { return requests_.contains(id); }
   SchedulerStats Stats() const;
   const BlockPool& block_pool() const { return pool_; }
 
@@ -155,9 +157,10 @@ class Scheduler {
   // values below it are high priority).
   LoadReport Load(bool draining, int32_t high_priority_below,
                   double priority_headroom_fraction) const;
-  // Blocks held by the running request that is cheapest to move (decode phase, n == 1, not
-  // migrating), and its id; nullopt when none can move. For the migration policy.
-  std::optional<std::pair<RequestId, int32_t>> ShortestMovableRequest() const;
+  // The running request in its decode phase (n == 1, not migrating) holding the fewest blocks
+  // (the cheapest to move; Llumnix's default) or, with `longest`, the most; its id and blocks.
+  // nullopt when none can move. For the migration policy.
+  std::optional<std::pair<RequestId, int32_t>> ShortestMovableRequest(bool longest = false) const;
   // Ids of every request that could move (n == 1, not scoring its prompt, not migrating).
   std::vector<RequestId> MovableRequests() const;
 
@@ -174,8 +177,10 @@ class Scheduler {
   // output (the destination owns it now); CancelMigrateOut puts it back where it was (running
   // with its blocks, or waiting). An aborted or expired frozen request finishes as usual.
   absl::Status BeginMigrateOut(RequestId id);
+  // `max_blocks` > 0 caps what one pre-copy export takes (the caller's buffer); the last stage
+  // always takes everything.
   absl::StatusOr<MigrationExport> ExportForMigration(RequestId id, int32_t first_block,
-                                                     bool freeze);
+                                                     bool freeze, int32_t max_blocks = 0);
   void CommitMigrateOut(RequestId id);
   void CancelMigrateOut(RequestId id);
 

@@ -57,14 +57,17 @@ std::vector<RequestId> Scheduler::MovableRequests() const {
   return ids;
 }
 
-std::optional<std::pair<RequestId, int32_t>> Scheduler::ShortestMovableRequest() const {
+std::optional<std::pair<RequestId, int32_t>> Scheduler::ShortestMovableRequest(
+    bool longest) const {
   std::optional<std::pair<RequestId, int32_t>> best;
   for (const Seq* seq : running_) {
     const Req& req = *seq->req;
     if (req.params.n != 1 || req.migrating || seq->ScoresPrompt() || !seq->known) continue;
     if (seq->num_computed < seq->num_prompt) continue;  // prefill: let it finish the prompt
     const int32_t blocks = static_cast<int32_t>(seq->blocks.size());
-    if (!best || blocks < best->second) best.emplace(req.params.id, blocks);
+    if (!best || (longest ? blocks > best->second : blocks < best->second)) {
+      best.emplace(req.params.id, blocks);
+    }
   }
   return best;
 }
@@ -106,7 +109,7 @@ absl::Status Scheduler::BeginMigrateOut(RequestId id) {
 }
 
 absl::StatusOr<MigrationExport> Scheduler::ExportForMigration(RequestId id, int32_t first_block,
-                                                              bool freeze) {
+                                                              bool freeze, int32_t max_blocks) {
   absl::Status why;
   Seq* seq = MovableSeq(id, &why);
   if (seq == nullptr) return why;
@@ -124,9 +127,10 @@ absl::StatusOr<MigrationExport> Scheduler::ExportForMigration(RequestId id, int3
   out.seq_id = current;
   out.first_block = first_block;
   const bool running = seq->state == Seq::State::kRunning;
-  const int32_t total = !running ? 0
-                        : freeze ? BlocksFor(seq->num_computed, bs)
-                                 : seq->num_computed / bs;
+  int32_t total = !running ? 0
+                  : freeze ? BlocksFor(seq->num_computed, bs)
+                           : seq->num_computed / bs;
+  if (!freeze && max_blocks > 0) total = std::min(total, std::max(first_block, 0) + max_blocks);
   out.total_blocks = total;
   out.num_blocks = std::max(0, total - first_block);
   if (first_block > total) {

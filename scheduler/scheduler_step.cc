@@ -293,7 +293,9 @@ void Scheduler::ExpireAndAbort(int64_t now_ms) {
   for (RequestId id : aborts_) ends.emplace_back(id, FinishReason::kAbort);
   aborts_.clear();
   for (const auto& [id, req] : requests_) {
-    if (req->params.deadline_ms > 0 && now_ms >= req->params.deadline_ms) {
+    // A frozen request's deadline travels with it (its move either commits or unfreezes it).
+    if (req->params.deadline_ms > 0 && now_ms >= req->params.deadline_ms &&
+        req->seqs.front()->state != Seq::State::kFrozen) {
       ends.emplace_back(id, FinishReason::kDeadline);
     }
   }

@@ -44,6 +44,8 @@ struct KvCapacity {
   int64_t bytes_per_block = 0;
   // Bytes of the residual tails beside the blocks (low-bit formats; 0 otherwise).
   int64_t tail_bytes = 0;
+  // Bytes of one sequence's residual tail (KvBlob::tail; 0 for element formats).
+  int64_t tail_slot_bytes = 0;
   // Everything two engines must share for KV blocks to move between them (KvBlob::layout): the
   // format, block size, layers, KV heads, head_dim, K granularity, tail ring, rotation.
   std::string kv_layout;

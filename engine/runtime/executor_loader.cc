@@ -247,6 +247,7 @@ absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(const Engin
   ex->capacity_.kv_dtype = shape.dtype;
   ex->capacity_.bytes_per_block = shape.BytesPerBlock();
   ex->capacity_.tail_bytes = shape.TailBytes();
+  ex->capacity_.tail_slot_bytes = shape.TailSlotBytes();
   ex->capacity_.kv_layout = shape.Layout();
   ex->capacity_.max_num_batched_tokens = max_tokens;
   ex->capacity_.max_num_seqs = config.max_num_seqs;

@@ -195,6 +195,23 @@ grpc::Status InstanceService::Resume(grpc::ServerContext* call, const v1::Resume
   if (ctx_.draining.load()) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "this instance is draining");
   }
+  // A tail of the wrong size would make the engine refuse the whole step it joins.
+  const bool tail_expected = ctx_.capacity.tail_slot_bytes > 0 && in->num_computed_tokens() > 0;
+  if (tail_expected
+          ? static_cast<int64_t>(in->kv_tail().size()) != ctx_.capacity.tail_slot_bytes ||
+                in->kv_tail_first_block() < 0 ||
+                in->kv_tail_first_block() >
+                    in->num_computed_tokens() / std::max(ctx_.capacity.block_size, 1)
+          : !in->kv_tail().empty()) {
+    if (rid != 0) {
+      ctx_.engine->Post([rid](LoopAccess& loop) { loop.scheduler().ReleaseReservation(rid); });
+      Forget(rid);
+    }
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        StrCat("the residual tail has ", in->kv_tail().size(), " bytes; ",
+                               tail_expected ? ctx_.capacity.tail_slot_bytes : 0,
+                               " were expected"));
+  }
   std::shared_ptr<const KvBlob> tail;
   if (!in->kv_tail().empty()) {
     auto blob = std::make_shared<KvBlob>();
@@ -260,7 +277,8 @@ grpc::Status InstanceService::MigrateOut(grpc::ServerContext* call,
   }
   std::vector<MigrationOutcome> results = migrator_.MigrateOut(
       in->destination_address(), in->max_requests(),
-      in->request_id() == 0 ? std::nullopt : std::optional<RequestId>(RequestId(in->request_id())));
+      in->request_id() == 0 ? std::nullopt : std::optional<RequestId>(RequestId(in->request_id())),
+      in->longest_first());
   for (const MigrationOutcome& r : results) {
     v1::MigrationResult* m = out->add_results();
     m->set_request_id(r.request_id.value());

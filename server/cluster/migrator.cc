@@ -15,6 +15,8 @@ namespace {
 
 // Bytes per PushBlocks message: under gRPC's default 4 MiB message limit.
 constexpr int64_t kMaxPushBytes = int64_t{2} << 20;
+// Bytes one pre-copy round exports and holds at once (a stage may take several rounds).
+constexpr int64_t kMaxStageBytes = int64_t{64} << 20;
 
 double MsSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
@@ -79,7 +81,8 @@ void Migrator::OnAbort(RequestId id) {
 
 std::vector<MigrationOutcome> Migrator::MigrateOut(const std::string& address,
                                                    int32_t max_requests,
-                                                   std::optional<RequestId> only) {
+                                                   std::optional<RequestId> only,
+                                                   bool longest_first) {
   std::lock_guard<std::mutex> one_at_a_time(migrate_mu_);
   std::vector<MigrationOutcome> results;
   auto stub = v1::Instance::NewStub(ChannelTo(address));
@@ -91,9 +94,10 @@ std::vector<MigrationOutcome> Migrator::MigrateOut(const std::string& address,
       // The shortest running request first (least to copy), then waiting ones.
       std::optional<std::optional<RequestId>> pick = CallOnLoop<std::optional<RequestId>>(
           *ctx_.engine, ctx_.config.migration_timeout_ms,
-          [tried](LoopAccess& loop, std::function<void(std::optional<RequestId>)> reply) {
+          [tried, longest_first](LoopAccess& loop,
+                                 std::function<void(std::optional<RequestId>)> reply) {
             std::vector<RequestId> ids = loop.scheduler().MovableRequests();
-            auto shortest = loop.scheduler().ShortestMovableRequest();
+            auto shortest = loop.scheduler().ShortestMovableRequest(longest_first);
             std::optional<RequestId> best;
             if (shortest && std::find(tried.begin(), tried.end(), shortest->first) == tried.end()) {
               best = shortest->first;
@@ -223,24 +227,157 @@ void Migrator::Forward(SchedRequest request, const std::string& address,
   }).detach();
 }
 
+Migrator::Round Migrator::CopyRound(Transfer& t, bool freeze, int32_t cap) {
+  Round round;
+  const int64_t timeout = ctx_.config.migration_timeout_ms;
+  const RequestId id = t.id;
+  const int32_t sent = t.sent;
+  struct Exported {
+    absl::StatusOr<MigrationExport> ex;
+    bool step_ok = false;
+    std::shared_ptr<RequestStream> stream;
+  };
+  std::optional<Exported> got = CallOnLoop<Exported>(
+      *ctx_.engine, timeout,
+      [id, sent, freeze, cap](LoopAccess& a, std::function<void(Exported)> reply) {
+        absl::StatusOr<MigrationExport> e = a.scheduler().ExportForMigration(id, sent, freeze, cap);
+        if (!e.ok()) {
+          reply(Exported{std::move(e), false, nullptr});
+          return;
+        }
+        // Frozen, the request publishes nothing more here: its stream leaves the loop now, so
+        // that the destination's first output reaches the client without waiting for a step
+        // boundary of this instance. An abort puts it back.
+        std::shared_ptr<RequestStream> stream = freeze ? a.DetachStream(id) : nullptr;
+        a.AfterNextStep([e, reply, stream](bool ok) { reply(Exported{e, ok, stream}); });
+      });
+  if (!got.has_value()) {
+    round.error = "the engine loop did not answer";
+    return round;
+  }
+  if (!got->ex.ok()) {
+    round.finished = got->ex.status().code() == absl::StatusCode::kNotFound;
+    round.error = std::string(got->ex.status().message());
+    return round;
+  }
+  round.froze = freeze;
+  round.stream = std::move(got->stream);
+  round.ex = *std::move(got->ex);
+  const MigrationExport& ex = round.ex;
+  if (!got->step_ok) {
+    round.error = "the export step failed";
+    return round;
+  }
+  if (ex.blob != nullptr && ex.num_blocks > 0 && ex.blob->layout.empty()) {
+    round.error = "the request was preempted during the export";
+    return round;
+  }
+  // Reserve what this round needs, then push its blocks.
+  if (ex.total_blocks > t.reserved) {
+    grpc::ClientContext call;
+    AddAuth(call);
+    call.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout));
+    v1::ReserveRequest req;
+    *req.mutable_layout() = t.layout;
+    req.set_reservation_id(t.reservation);
+    req.set_num_blocks(ex.total_blocks - t.reserved);
+    req.set_source_instance(instance_id_);
+    v1::ReserveResponse resp;
+    grpc::Status s = t.stub.Reserve(&call, req, &resp);
+    if (!s.ok()) {
+      round.error = StrCat("reserve: ", s.error_message());
+      return round;
+    }
+    if (!resp.ok()) {
+      round.error = StrCat("the destination refused: ", resp.reason());
+      return round;
+    }
+    t.reservation = resp.reservation_id();
+    t.reserved = ex.total_blocks;
+  }
+  const int64_t per_block = ctx_.capacity.bytes_per_block;
+  const int32_t chunk = static_cast<int32_t>(std::max<int64_t>(1, kMaxPushBytes / per_block));
+  for (int32_t b = 0; b < ex.num_blocks; b += chunk) {
+    const int32_t n = std::min(chunk, ex.num_blocks - b);
+    grpc::ClientContext call;
+    AddAuth(call);
+    call.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout));
+    v1::PushBlocksRequest req;
+    req.set_reservation_id(t.reservation);
+    req.set_first_block(t.sent + b);
+    req.set_num_blocks(n);
+    req.set_blocks(ex.blob->blocks.data() + b * per_block, static_cast<size_t>(n * per_block));
+    v1::PushBlocksResponse resp;
+    grpc::Status s = t.stub.PushBlocks(&call, req, &resp);
+    if (!s.ok()) {
+      round.error = StrCat("push: ", s.error_message());
+      return round;
+    }
+    if (!resp.ok()) {
+      round.error = StrCat("the destination could not import: ", resp.reason());
+      return round;
+    }
+    t.blocks_copied += n;
+  }
+  t.sent = ex.total_blocks;
+  return round;
+}
+
 MigrationOutcome Migrator::MigrateOne(RequestId id, const std::string& address,
                                       v1::Instance::Stub& stub) {
   MigrationOutcome result;
   result.request_id = id;
   const int64_t timeout = ctx_.config.migration_timeout_ms;
   EngineLoop& loop = *ctx_.engine;
-  uint64_t reservation = 0;
+  v1::KvLayout layout;
+  layout.set_layout(ctx_.capacity.kv_layout);
+  layout.set_block_size(ctx_.capacity.block_size);
+  Transfer t{id, layout, stub};
   bool frozen = false;
+  // The client's stream once the request is frozen (the loop no longer holds it).
+  std::shared_ptr<RequestStream> stream;
+  // Registered from the start, so that a client leaving mid-move is seen (OnAbort).
+  auto relay = std::make_shared<Relay>();
+  relay->id = id;
+  AddAuth(relay->call);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ || relays_.contains(id)) {
+      result.outcome = "aborted";
+      result.reason = stopping_ ? "the server is stopping" : "the request is already relayed";
+      return result;
+    }
+    relays_[id] = relay;
+  }
+  auto forget_relay = [&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = relays_.find(id);
+    if (it != relays_.end() && it->second == relay) relays_.erase(it);
+  };
   // Before the commit every failure ends here: the request stays (or is put back) here.
   auto abort = [&](std::string reason) {
-    // Unfreezes a frozen request; clears the mark of one that kept running.
-    loop.Post([id](LoopAccess& a) { a.scheduler().CancelMigrateOut(id); });
-    if (reservation != 0) {
+    forget_relay();
+    // Unfreezes a frozen request (giving its stream back to the loop); clears the mark of one
+    // that kept running. A request that ended while frozen (its client left) gets its end.
+    loop.Post([id, stream](LoopAccess& a) {
+      if (stream != nullptr) {
+        if (a.scheduler().Contains(id)) {
+          a.AttachStream(id, stream, 1);
+        } else {
+          ChoiceOutput end;
+          end.request_id = id;
+          end.finish = FinishReason::kAbort;
+          stream->Push(std::move(end));
+        }
+      }
+      a.scheduler().CancelMigrateOut(id);
+    });
+    if (t.reservation != 0) {
       grpc::ClientContext call;
       AddAuth(call);
       call.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout));
       v1::ReleaseRequest rel;
-      rel.set_reservation_id(reservation);
+      rel.set_reservation_id(t.reservation);
       v1::ReleaseResponse ignored;
       (void)stub.Release(&call, rel, &ignored);  // best effort: it also expires
     }
@@ -255,89 +392,46 @@ MigrationOutcome Migrator::MigrateOne(RequestId id, const std::string& address,
       });
   if (!begun.has_value()) return abort("the engine loop did not answer");
   if (!begun->ok()) {
+    forget_relay();
     result.outcome = "aborted";
     result.reason = std::string(begun->message());
     return result;
   }
 
-  v1::KvLayout layout;
-  layout.set_layout(ctx_.capacity.kv_layout);
-  layout.set_block_size(ctx_.capacity.block_size);
-  int32_t sent = 0;
-  int32_t reserved = 0;
   bool last = false;
   std::chrono::steady_clock::time_point freeze_time;
   MigrationExport ex;
+  // The staging buffer: blocks exported (and held in memory) at once.
+  const int32_t round_cap = static_cast<int32_t>(
+      std::max<int64_t>(1, kMaxStageBytes / std::max<int64_t>(ctx_.capacity.bytes_per_block, 1)));
   for (int32_t stage = 0; !frozen; ++stage) {
     last = last || stage + 1 >= ctx_.config.migration_max_stages;
     if (last) freeze_time = std::chrono::steady_clock::now();
-    using Exported = std::pair<absl::StatusOr<MigrationExport>, bool>;
-    std::optional<Exported> got = CallOnLoop<Exported>(
-        loop, timeout,
-        [id, sent, last](LoopAccess& a, std::function<void(Exported)> reply) {
-          absl::StatusOr<MigrationExport> e = a.scheduler().ExportForMigration(id, sent, last);
-          if (!e.ok()) {
-            reply(Exported(std::move(e), false));
-            return;
-          }
-          a.AfterNextStep([e, reply](bool ok) { reply(Exported(e, ok)); });
-        });
-    if (!got.has_value()) return abort("the engine loop did not answer");
-    if (!got->first.ok()) {
-      if (got->first.status().code() == absl::StatusCode::kNotFound) {
+    int32_t stage_blocks = 0;
+    // Rounds of at most round_cap blocks until this stage has caught up (the last stage takes
+    // everything left at once: the request is frozen, nothing grows).
+    for (bool more = true; more;) {
+      const int32_t cap = last ? 0 : round_cap;
+      Round round = CopyRound(t, last, cap);
+      if (round.finished) {
+        forget_relay();
         loop.Post([id](LoopAccess& a) { a.scheduler().CancelMigrateOut(id); });
         result.outcome = "aborted";
         result.reason = "the request finished";
         return result;
       }
-      return abort(std::string(got->first.status().message()));
+      frozen = frozen || round.froze;
+      if (round.froze) stream = std::move(round.stream);
+      if (!round.error.empty()) return abort(round.error);
+      ex = std::move(round.ex);
+      stage_blocks += ex.num_blocks;
+      more = !frozen && cap > 0 && ex.num_blocks >= cap;
     }
-    frozen = last;
-    ex = *got->first;
-    if (!got->second) return abort("the export step failed");
-    if (ex.blob != nullptr && ex.num_blocks > 0 && ex.blob->layout.empty()) {
-      return abort("the request was preempted during the export");
-    }
+    result.blocks_copied = t.blocks_copied;
     ++result.stages;
-    // Reserve what this stage needs, then push its blocks.
-    if (ex.total_blocks > reserved) {
-      grpc::ClientContext call;
-      AddAuth(call);
-      call.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout));
-      v1::ReserveRequest req;
-      *req.mutable_layout() = layout;
-      req.set_reservation_id(reservation);
-      req.set_num_blocks(ex.total_blocks - reserved);
-      req.set_source_instance(instance_id_);
-      v1::ReserveResponse resp;
-      grpc::Status s = stub.Reserve(&call, req, &resp);
-      if (!s.ok()) return abort(StrCat("reserve: ", s.error_message()));
-      if (!resp.ok()) return abort(StrCat("the destination refused: ", resp.reason()));
-      reservation = resp.reservation_id();
-      reserved = ex.total_blocks;
-    }
-    const int64_t per_block = ctx_.capacity.bytes_per_block;
-    const int32_t chunk = static_cast<int32_t>(std::max<int64_t>(1, kMaxPushBytes / per_block));
-    for (int32_t b = 0; b < ex.num_blocks; b += chunk) {
-      const int32_t n = std::min(chunk, ex.num_blocks - b);
-      grpc::ClientContext call;
-      AddAuth(call);
-      call.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout));
-      v1::PushBlocksRequest req;
-      req.set_reservation_id(reservation);
-      req.set_first_block(sent + b);
-      req.set_num_blocks(n);
-      req.set_blocks(ex.blob->blocks.data() + b * per_block, static_cast<size_t>(n * per_block));
-      v1::PushBlocksResponse resp;
-      grpc::Status s = stub.PushBlocks(&call, req, &resp);
-      if (!s.ok()) return abort(StrCat("push: ", s.error_message()));
-      if (!resp.ok()) return abort(StrCat("the destination could not import: ", resp.reason()));
-      result.blocks_copied += n;
-    }
-    sent = ex.total_blocks;
-    if (!frozen && ex.num_blocks <= ctx_.config.migration_last_stage_blocks) last = true;
+    if (!frozen && stage_blocks <= ctx_.config.migration_last_stage_blocks) last = true;
     LOOM_LOG(kInfo, "migration of request ", id, ": stage ", result.stages, frozen ? " (last)" : "",
-             " sent ", ex.num_blocks, " blocks");
+             " sent ", stage_blocks, " blocks");
     if (ctx_.config.migration_stage_pause_ms > 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(ctx_.config.migration_stage_pause_ms));
     }
@@ -348,7 +442,7 @@ MigrationOutcome Migrator::MigrateOne(RequestId id, const std::string& address,
   MigrantToProto(ex.state, &resume);
   resume.set_request_key(StrCat(instance_id_, "/", id.value()));
   resume.set_source_instance(instance_id_);
-  resume.set_reservation_id(ex.state.num_computed > 0 ? reservation : 0);
+  resume.set_reservation_id(ex.state.num_computed > 0 ? t.reservation : 0);
   *resume.mutable_layout() = layout;
   if (ex.state.params.deadline_ms > 0) {
     resume.set_deadline_remaining_ms(
@@ -358,31 +452,32 @@ MigrationOutcome Migrator::MigrateOne(RequestId id, const std::string& address,
     resume.set_kv_tail(ex.blob->tail.data(), ex.blob->tail.size());
     resume.set_kv_tail_first_block(ex.blob->tail_first_block);
   }
-  if (ex.state.num_computed == 0 && reservation != 0) {
+  if (ex.state.num_computed == 0 && t.reservation != 0) {
     // Moves without KV: the reservation is not needed.
     grpc::ClientContext call;
     AddAuth(call);
     call.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout));
     v1::ReleaseRequest rel;
-    rel.set_reservation_id(reservation);
+    rel.set_reservation_id(t.reservation);
     v1::ReleaseResponse ignored;
     (void)stub.Release(&call, rel, &ignored);
-    reservation = 0;
+    t.reservation = 0;
   }
-  auto relay = std::make_shared<Relay>();
-  relay->id = id;
-  AddAuth(relay->call);
+  if (stream == nullptr || relay->client_gone.load()) {
+    // The client left while the request was frozen: it ends here.
+    return abort("the client went away");
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return abort("the server is stopping");
-    relays_[id] = relay;
     ++active_threads_;
   }
   relay->reader = stub.Resume(&relay->call, resume);
   std::thread([this, relay]() {
     RunRelay(*relay);
     std::lock_guard<std::mutex> lock(mu_);
-    relays_.erase(relay->id);
+    auto it = relays_.find(relay->id);
+    if (it != relays_.end() && it->second == relay) relays_.erase(it);
     --active_threads_;
     done_cv_.notify_all();
   }).detach();
@@ -390,34 +485,14 @@ MigrationOutcome Migrator::MigrateOne(RequestId id, const std::string& address,
   if (!accepted.has_value() || !*accepted) {
     relay->call.TryCancel();  // if it was installed after all, the destination aborts it
     relay->stream.Set(nullptr);
-    reservation = 0;  // consumed or released by the destination's Resume
+    t.reservation = 0;  // consumed or released by the destination's Resume
     return abort(accepted.has_value() ? "the destination did not accept the request"
                                       : "the destination did not answer Resume in time");
   }
-  // The destination runs it: end it here and hand its stream to the relay.
-  std::optional<std::shared_ptr<RequestStream>> stream =
-      CallOnLoop<std::shared_ptr<RequestStream>>(
-          loop, timeout,
-          [id](LoopAccess& a, std::function<void(std::shared_ptr<RequestStream>)> reply) {
-            std::shared_ptr<RequestStream> s = a.DetachStream(id);
-            if (s != nullptr) {
-              a.scheduler().CommitMigrateOut(id);
-            } else {
-              a.scheduler().CancelMigrateOut(id);  // it ended here meanwhile (client gone)
-            }
-            reply(s);
-          });
-  if (!stream.has_value() || *stream == nullptr) {
-    relay->stream.Set(nullptr);
-    if (!stream.has_value()) {
-      // The loop is stuck: the source may still commit later, but its stream would be lost.
-      loop.Post([id](LoopAccess& a) { a.scheduler().CancelMigrateOut(id); });
-    }
-    result.outcome = "failed";
-    result.reason = "the request ended at the source before the commit";
-    return result;
-  }
-  relay->stream.Set(*stream);
+  // The destination runs it: the relay feeds the client's stream at once, and the source ends
+  // its frozen copy at its next step boundary (no output: the destination reports now).
+  relay->stream.Set(stream);
+  loop.Post([id](LoopAccess& a) { a.scheduler().CommitMigrateOut(id); });
   result.outcome = "committed";
   (void)relay->first_output.Wait(timeout);
   result.downtime_ms = MsSince(freeze_time);

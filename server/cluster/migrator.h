@@ -32,6 +32,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "loom/v1/cluster.grpc.pb.h"
+#include "scheduler/scheduler.h"
 #include "server/serving/serving_context.h"
 
 namespace loom::cluster {
@@ -53,9 +54,10 @@ class Migrator {
   ~Migrator();  // cancels every relay and waits for them
 
   // Moves up to `max_requests` (0 = all) movable requests to the instance at `address`, one at
-  // a time, shortest first — or exactly `only` when given. Returns one outcome per attempt.
+  // a time, shortest first (longest first with `longest_first`) — or exactly `only` when given. Returns one outcome per attempt.
   std::vector<MigrationOutcome> MigrateOut(const std::string& address, int32_t max_requests,
-                                           std::optional<RequestId> only);
+                                           std::optional<RequestId> only,
+                                           bool longest_first = false);
   // Runs a new request on the instance at `address` (the manager's dispatch) and relays its
   // outputs into `stream`; when that instance does not accept it, it runs here instead.
   // Returns at once (a relay thread does the rest).
@@ -75,6 +77,26 @@ class Migrator {
 
  private:
   struct Relay;
+  // One migration's copy so far: where its blocks go and how many have gone.
+  struct Transfer {
+    RequestId id;
+    const v1::KvLayout& layout;
+    v1::Instance::Stub& stub;
+    uint64_t reservation = 0;
+    int32_t reserved = 0;  // blocks held by the reservation
+    int32_t sent = 0;      // leading blocks of the request copied
+    int32_t blocks_copied = 0;
+  };
+  // One export (on the loop) with the reservation and pushes it needs.
+  struct Round {
+    MigrationExport ex;
+    std::string error;      // non-empty: the move must stop
+    bool finished = false;  // the request ended meanwhile
+    bool froze = false;     // the request is frozen (a last-stage export was planned)
+    // Frozen: the client's stream, taken from the loop (null if the client already left).
+    std::shared_ptr<RequestStream> stream;
+  };
+  Round CopyRound(Transfer& t, bool freeze, int32_t cap);
   MigrationOutcome MigrateOne(RequestId id, const std::string& address,
                               v1::Instance::Stub& stub);
   void RunRelay(Relay& relay);

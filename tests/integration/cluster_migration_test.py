@@ -182,6 +182,48 @@ class MigrationTest(unittest.TestCase):
         self.assertEqual(len(self.a.migrate_out(self.b.grpc_address).results), 0)
 
 
+class LowBitMigrationTest(unittest.TestCase):
+    """An int4 KV cache with a bf16 residual tail: the packed blocks, their scales and zeros and
+    the tail all move, and the request continues exactly."""
+
+    def test_int4_with_residual_tail(self):
+        extra = ("--kv-cache-dtype", "int4", "--kv-residual-tokens", "48", "--max-num-seqs", "4")
+        a, b = Loomd(*extra), Loomd(*extra)
+        try:
+            reference = stream_completion(b, max_tokens=120)
+            results = []
+
+            def on_chunk(i):
+                if i == 20:
+                    threading.Thread(target=lambda: results.extend(
+                        a.migrate_out(b.grpc_address).results)).start()
+
+            got = stream_completion(a, on_chunk=on_chunk, max_tokens=120)
+            deadline = time.time() + 30
+            while not results and time.time() < deadline:
+                time.sleep(0.1)
+            self.assertEqual([r.outcome for r in results], ["committed"], results)
+            self.assertEqual(got, reference)
+            # Another layout is refused, and the request stays home.
+            c = Loomd("--kv-cache-dtype", "int8", "--max-num-seqs", "4")
+            try:
+                results.clear()
+
+                def on_chunk_c(i):
+                    if i == 10:
+                        results.extend(a.migrate_out(c.grpc_address).results)
+
+                got = stream_completion(a, on_chunk=on_chunk_c, max_tokens=60)
+                self.assertEqual([r.outcome for r in results], ["aborted"])
+                self.assertIn("layouts differ", results[0].reason)
+                self.assertEqual(got, stream_completion(b, max_tokens=60))
+            finally:
+                self.assertEqual(c.stop(), 0)
+        finally:
+            self.assertEqual(a.stop(), 0)
+            self.assertEqual(b.stop(), 0)
+
+
 class FaultTest(unittest.TestCase):
     def test_destination_gone_before_the_move_keeps_the_request_home(self):
         a, b = Loomd(), Loomd()
