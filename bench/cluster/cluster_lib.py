@@ -59,8 +59,11 @@ class Process:
         self.proc.stdout.close()
 
 
-def start_instance(loomd, model, *extra):
-    return Process([loomd, "--model", model, "--host", "127.0.0.1", "--port", "0",
+def start_instance(loomd, model, *extra, cpu=None):
+    """A serving loomd; with `cpu`, pinned to that core (taskset), so that instances do not
+    borrow each other's idle compute, as separate machines would not."""
+    pin = ["taskset", "-c", str(cpu)] if cpu is not None else []
+    return Process([*pin, loomd, "--model", model, "--host", "127.0.0.1", "--port", "0",
                     "--grpc-port", "0", "--api-keys", KEY, "--served-model-name", "m",
                     *extra], "listening on", 2)
 
@@ -96,6 +99,15 @@ def machine():
                             capture_output=True, text=True).stdout.strip()
     return {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(),
             "commit": commit}
+
+
+def settings(args):
+    """The command's settings for a report, with file arguments as bare names (no local paths)."""
+    out = dict(vars(args))
+    for key in ("loomd", "model", "out"):
+        if out.get(key):
+            out[key] = os.path.basename(out[key])
+    return out
 
 
 def percentile(values, p):

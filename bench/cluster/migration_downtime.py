@@ -132,7 +132,7 @@ def main():
     finally:
         a.stop()
         b.stop()
-    report = {"machine": lib.machine(), "settings": vars(args), "rows": rows}
+    report = {"machine": lib.machine(), "settings": lib.settings(args), "rows": rows}
     if args.out:
         with open(args.out, "w") as f:
             json.dump(report, f, indent=1)

@@ -2,11 +2,14 @@
 """Serving under skewed, bursty load: round-robin behind a balancer, against load-aware dispatch
 through the manager, against dispatch plus live migration (Llumnix's comparison).
 
-Three loomd instances on loopback ports (one thread and a small KV cache each, so memory runs
-out and requests queue or are preempted), and one workload replayed identically in every mode:
+--instances loomd instances on loopback ports (one thread and a small KV cache each, so memory
+runs out and requests queue or are preempted; each pinned to its own core, so that an idle
+instance's compute is not lent to a busy one, as with separate machines), and one workload
+replayed identically in every mode:
 Gamma inter-arrival times (coefficient of variation --cv: bursts), prompt lengths and output
-lengths from long-tailed (Pareto) distributions. The client sends request i to instance i mod 3
-in every mode, as a round-robin balancer would; what differs is what the instances do with it:
+lengths from long-tailed (Pareto) distributions. The client sends request i to one instance
+in every mode (i mod --instances), as a round-robin balancer would; what differs is what the
+instances do with it:
   round-robin  instances alone (no manager): each runs what it receives;
   dispatch     with a manager: the receiving instance asks it where to run each new request
                (least loaded by freeness among the top k), no load-balancing migration;
@@ -22,6 +25,7 @@ migrations committed, requests forwarded.
 import argparse
 import concurrent.futures
 import json
+import os
 import random
 import statistics
 import time
@@ -56,14 +60,17 @@ def run_mode(mode, reqs, args):
         if mode != "round-robin":
             manager = lib.start_manager(
                 args.loomd, "--manager-pair-interval-ms", "200",
+                "--manager-dispatch-top-k", str(args.top_k),
                 "--manager-migrate-out-below", str(args.migrate_out_below),
                 "--manager-migrate-in-above", str(args.migrate_in_above),
                 f"--manager-migration={'true' if mode == 'migration' else 'false'}")
             common += ["--cluster-manager", f"127.0.0.1:{manager.grpc_port}",
                        "--cluster-report-interval-ms", "50"]
-        for i in range(3):
+        cores = os.cpu_count() or 1
+        for i in range(args.instances):
             instances.append(lib.start_instance(args.loomd, args.model, *common,
-                                                "--instance-id", f"i{i}"))
+                                                "--instance-id", f"i{i}",
+                                                cpu=i % cores if args.pin else None))
         time.sleep(0.5)  # first load reports
         results = [None] * len(reqs)
         start = time.perf_counter()
@@ -73,7 +80,7 @@ def run_mode(mode, reqs, args):
                 delay = start + r["at"] - time.perf_counter()
                 if delay > 0:
                     time.sleep(delay)
-                port = instances[i % 3].port
+                port = instances[i % len(instances)].port
                 futures.append((i, pool.submit(lib.timed_stream, port, r["prompt"],
                                                r["max_tokens"])))
             for i, f in futures:
@@ -116,6 +123,8 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--loomd", required=True)
     p.add_argument("--model", required=True)
+    p.add_argument("--instances", type=int, default=2)
+    p.add_argument("--pin", type=int, default=1, help="pin instance i to core i mod cores")
     p.add_argument("--requests", type=int, default=120)
     p.add_argument("--rate", type=float, default=1.5, help="requests per second (mean)")
     p.add_argument("--cv", type=float, default=3.0, help="of the Gamma inter-arrival times")
@@ -126,6 +135,7 @@ def main():
     p.add_argument("--max-output", type=int, default=600)
     p.add_argument("--kv-cache-mb", type=int, default=24)
     p.add_argument("--max-num-seqs", type=int, default=16)
+    p.add_argument("--top-k", type=int, default=1, help="the manager's dispatch top-k")
     p.add_argument("--migrate-out-below", type=float, default=3.0)
     p.add_argument("--migrate-in-above", type=float, default=10.0)
     p.add_argument("--modes", default="round-robin,dispatch,migration")
@@ -142,7 +152,7 @@ def main():
               f"e2e P99 {row['e2e_p99_s']:6.1f} s | failed {row['failed']} | preemptions "
               f"{row['preemptions']:.0f} | migrations {row['migrations']:.0f} | forwarded "
               f"{row['forwarded']:.0f}", flush=True)
-    report = {"machine": lib.machine(), "settings": vars(args), "rows": rows}
+    report = {"machine": lib.machine(), "settings": lib.settings(args), "rows": rows}
     if args.out:
         with open(args.out, "w") as f:
             json.dump(report, f, indent=1)

@@ -38,18 +38,7 @@ void AppendMetric(std::string& out, std::string_view name, std::string_view type
 
 void WriteLoad(const v1::InstanceLoad& l, JsonWriter& w) {
   w.BeginObject();
-  const std::pair<const char*, int64_t> counts[] = {
-      {"num_blocks", l.num_blocks()},
-      {"num_free_blocks", l.num_free_blocks()},
-      {"num_running", l.num_running()},
-      {"num_waiting", l.num_waiting()},
-      {"head_of_line_blocks", l.head_of_line_blocks()},
-      {"batch_size", l.batch_size()},
-      {"num_preemptions", l.num_preemptions()},
-      {"num_preempted_waiting", l.num_preempted_waiting()},
-      {"num_migrating", l.num_migrating()},
-      {"shortest_running_blocks", l.shortest_running_blocks()}};
-  for (const auto& [name, value] : counts) {
+  for (const auto& [name, value] : LoadCounts(l)) {
     w.Key(name);
     w.Int(value);
   }

@@ -7,6 +7,19 @@
 #include "engine/common/strings.h"
 
 namespace loom::cluster {
+
+std::vector<std::pair<const char*, int64_t>> LoadCounts(const v1::InstanceLoad& l) {
+  return {{"num_blocks", l.num_blocks()},
+          {"num_free_blocks", l.num_free_blocks()},
+          {"num_running", l.num_running()},
+          {"num_waiting", l.num_waiting()},
+          {"head_of_line_blocks", l.head_of_line_blocks()},
+          {"batch_size", l.batch_size()},
+          {"num_preemptions", l.num_preemptions()},
+          {"num_preempted_waiting", l.num_preempted_waiting()},
+          {"num_migrating", l.num_migrating()},
+          {"shortest_running_blocks", l.shortest_running_blocks()}};
+}
 namespace {
 
 absl::Status ValidateReport(const v1::InstanceReport& report) {
@@ -20,18 +33,7 @@ absl::Status ValidateReport(const v1::InstanceReport& report) {
     return absl::InvalidArgumentError(
         StrCat("instance ", report.instance_id(), " reported a NaN freeness"));
   }
-  const std::pair<const char*, int64_t> counts[] = {
-      {"num_blocks", l.num_blocks()},
-      {"num_free_blocks", l.num_free_blocks()},
-      {"num_running", l.num_running()},
-      {"num_waiting", l.num_waiting()},
-      {"head_of_line_blocks", l.head_of_line_blocks()},
-      {"batch_size", l.batch_size()},
-      {"num_preemptions", l.num_preemptions()},
-      {"num_preempted_waiting", l.num_preempted_waiting()},
-      {"num_migrating", l.num_migrating()},
-      {"shortest_running_blocks", l.shortest_running_blocks()}};
-  for (const auto& [name, value] : counts) {
+  for (const auto& [name, value] : LoadCounts(l)) {
     if (value < 0) {
       return absl::InvalidArgumentError(
           StrCat("instance ", report.instance_id(), " reported a negative load.", name));
@@ -106,7 +108,7 @@ std::vector<const ManagerPolicy::Table::value_type*> ManagerPolicy::Serving() co
   return out;
 }
 
-v1::DispatchReply ManagerPolicy::Dispatch(int32_t /*prompt_tokens*/, int32_t /*priority*/,
+v1::DispatchReply ManagerPolicy::Dispatch(int32_t prompt_tokens, int32_t /*priority*/,
                                           int64_t now_ms) {
   DropSilent(now_ms);
   std::vector<const Table::value_type*> candidates = Serving();
@@ -135,6 +137,14 @@ v1::DispatchReply ManagerPolicy::Dispatch(int32_t /*prompt_tokens*/, int32_t /*p
   reply.set_instance_id(chosen->first);
   reply.set_grpc_address(chosen->second.grpc_address);
   ++num_dispatches_;
+  // Until the chosen instance reports again, the request counts against it as one more waiting
+  // request needing its prompt's blocks (16 tokens each): a burst that arrives between two
+  // reports is spread instead of herding onto the instance that looked best.
+  v1::InstanceLoad& load = table_.find(chosen->first)->second.load;
+  const int32_t n = std::max(load.num_running() + load.num_waiting(), 1);
+  const double need = std::ceil(std::max(prompt_tokens, 1) / 16.0);
+  load.set_dispatch_freeness((ClampFreeness(load.dispatch_freeness()) * n - need) / (n + 1));
+  load.set_num_waiting(load.num_waiting() + 1);
   return reply;
 }
 

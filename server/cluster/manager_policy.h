@@ -54,6 +54,7 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -69,6 +70,9 @@ inline constexpr double kInfinity = std::numeric_limits<double>::infinity();
 inline constexpr size_t kMaxInstances = 4096;
 // The longest instance id accepted.
 inline constexpr size_t kMaxInstanceIdLen = 256;
+
+// The counts of a load report by field name (validation and the HTTP listing walk them).
+std::vector<std::pair<const char*, int64_t>> LoadCounts(const v1::InstanceLoad& load);
 
 struct ManagerPolicyOptions {
   int64_t instance_timeout_ms = 3000;

@@ -13,48 +13,18 @@
 
 #include "engine/runtime/local_executor.h"
 #include "gtest/gtest.h"
+#include "tests/engine/kv_test_model.h"
 
 namespace loom {
 namespace {
 
-const std::string kModelDir = std::string(LOOM_SOURCE_DIR) + "/tests/golden/models/qwen3_qknorm";
-constexpr int32_t kVocab = 512;
-constexpr int32_t kBlockSize = 16;
-
-EngineConfig Config(DType dtype, bool k_per_token = false, int32_t residual = 0,
-                    bool hadamard = true) {
-  EngineConfig config;
-  config.model_dir = kModelDir;
-  config.num_threads = 2;
-  config.kv_dtype = dtype;
-  config.kv_k_per_token = k_per_token;
-  config.kv_residual_tokens = residual;
-  config.kv_hadamard = hadamard;
-  config.block_size = kBlockSize;
-  config.num_kv_blocks = 32;
-  config.max_num_batched_tokens = 128;
-  config.max_num_seqs = 4;
-  config.populate_weights = false;
-  return config;
-}
-
-std::unique_ptr<LocalExecutor> MakeExecutor(const EngineConfig& config) {
-  absl::StatusOr<std::unique_ptr<LocalExecutor>> executor = LocalExecutor::Create(config);
-  EXPECT_TRUE(executor.ok()) << executor.status();
-  return executor.ok() ? std::move(*executor) : nullptr;
-}
-
-std::vector<TokenId> Prompt(int32_t count, int32_t first = 3) {
-  std::vector<TokenId> out;
-  for (int32_t i = 0; i < count; ++i) out.push_back(TokenId((first + 37 * i) % kVocab));
-  return out;
-}
-
-std::vector<BlockId> Blocks(std::initializer_list<int32_t> ids) {
-  std::vector<BlockId> out;
-  for (int32_t id : ids) out.push_back(BlockId(id));
-  return out;
-}
+using testing::Blocks;
+using testing::Config;
+using testing::kBlockSize;
+using testing::kModelDir;
+using testing::kVocab;
+using testing::MakeExecutor;
+using testing::Prompt;
 
 std::vector<BlockId> Prefix(const std::vector<BlockId>& blocks, int32_t count) {
   return std::vector<BlockId>(blocks.begin(), blocks.begin() + count);

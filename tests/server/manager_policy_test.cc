@@ -53,10 +53,15 @@ v1::ReportReply MustReport(ManagerPolicy& policy, const v1::InstanceReport& r, i
   return reply.ok() ? *reply : v1::ReportReply();
 }
 
-// How often each instance was chosen in `draws` dispatches.
-std::map<std::string, int> DispatchCounts(ManagerPolicy& policy, int draws, int64_t now_ms) {
+// How often each instance was chosen in `draws` dispatches, each after `reports` came in again
+// (a dispatch counts against its instance only until that instance's next report).
+std::map<std::string, int> DispatchCounts(ManagerPolicy& policy, int draws, int64_t now_ms,
+                                          const std::vector<v1::InstanceReport>& reports) {
   std::map<std::string, int> counts;
-  for (int i = 0; i < draws; ++i) ++counts[policy.Dispatch(10, 0, now_ms).instance_id()];
+  for (int i = 0; i < draws; ++i) {
+    for (const v1::InstanceReport& r : reports) EXPECT_TRUE(policy.Report(r, now_ms).ok());
+    ++counts[policy.Dispatch(10, 0, now_ms).instance_id()];
+  }
   return counts;
 }
 
@@ -138,11 +143,9 @@ TEST(ManagerPolicyTest, DispatchWithNoInstanceAnswersEmpty) {
 
 TEST(ManagerPolicyTest, DispatchPicksAtRandomAmongTheTopK) {
   ManagerPolicy policy(Options(), 7);  // k = 2
-  MustReport(policy, MakeReport("a", 40.0), 0);
-  MustReport(policy, MakeReport("b", 100.0), 0);
-  MustReport(policy, MakeReport("c", 90.0), 0);
-  MustReport(policy, MakeReport("d", 20.0), 0);
-  const std::map<std::string, int> counts = DispatchCounts(policy, 400, 0);
+  const std::vector<v1::InstanceReport> reports = {
+      MakeReport("a", 40.0), MakeReport("b", 100.0), MakeReport("c", 90.0), MakeReport("d", 20.0)};
+  const std::map<std::string, int> counts = DispatchCounts(policy, 400, 0, reports);
   EXPECT_EQ(counts.size(), 2u);
   EXPECT_GT(counts.count("b") ? counts.at("b") : 0, 100);
   EXPECT_GT(counts.count("c") ? counts.at("c") : 0, 100);
@@ -164,10 +167,8 @@ TEST(ManagerPolicyTest, DispatchBreaksTiesAtTheKthAtRandom) {
   ManagerPolicyOptions o = Options();
   o.dispatch_top_k = 1;
   ManagerPolicy policy(o, 3);
-  MustReport(policy, MakeReport("a", 100.0), 0);
-  MustReport(policy, MakeReport("b", 100.0), 0);
-  MustReport(policy, MakeReport("c", 50.0), 0);
-  const std::map<std::string, int> counts = DispatchCounts(policy, 400, 0);
+  const std::map<std::string, int> counts = DispatchCounts(
+      policy, 400, 0, {MakeReport("a", 100.0), MakeReport("b", 100.0), MakeReport("c", 50.0)});
   EXPECT_EQ(counts.count("c"), 0u);
   EXPECT_GT(counts.count("a") ? counts.at("a") : 0, 100);
   EXPECT_GT(counts.count("b") ? counts.at("b") : 0, 100);
@@ -187,7 +188,8 @@ TEST(ManagerPolicyTest, DispatchLeavesOutDrainingAndBusyInstances) {
   MustReport(policy, MakeReport("c", 20.0), 0);
   MustReport(policy, MakeReport("d", 10.0), 0);
   ASSERT_TRUE(policy.Drain("drained", 0).ok());
-  std::map<std::string, int> counts = DispatchCounts(policy, 300, 0);
+  std::map<std::string, int> counts =
+      DispatchCounts(policy, 300, 0, {MakeReport("c", 20.0), MakeReport("d", 10.0)});
   EXPECT_EQ(counts.size(), 2u);
   EXPECT_EQ(counts.count("c") + counts.count("d"), 2u);
 
@@ -202,10 +204,10 @@ TEST(ManagerPolicyTest, DispatchLeavesOutDrainingAndBusyInstances) {
   o.dispatch_top_k = 1;
   ManagerPolicy crowded_k1(o, 5);
   for (const v1::InstanceReport& r : {worse, busy}) MustReport(crowded_k1, r, 0);
-  counts = DispatchCounts(crowded_k1, 50, 0);
+  counts = DispatchCounts(crowded_k1, 50, 0, {worse, busy});
   EXPECT_EQ(counts.size(), 1u);
   EXPECT_EQ(counts.count("busy"), 1u);
-  counts = DispatchCounts(crowded, 100, 0);
+  counts = DispatchCounts(crowded, 100, 0, {worse, busy});
   EXPECT_EQ(counts.count("drained"), 0u);
 
   // Nothing but draining instances: run it where it arrived.
@@ -305,6 +307,21 @@ TEST(ManagerPolicyTest, PreemptedWaitingRequestsMakeASourceNeverADestination) {
   ASSERT_NE(policy.PendingOrder("src"), nullptr);
   EXPECT_EQ(policy.PendingOrder("src")->destination_instance(), "free");
   EXPECT_EQ(policy.PendingOrder("p"), nullptr);
+}
+
+TEST(ManagerPolicyTest, ADispatchCountsAgainstItsInstanceUntilItReports) {
+  ManagerPolicyOptions o = Options();
+  o.dispatch_top_k = 1;
+  ManagerPolicy policy(o, 1);
+  MustReport(policy, MakeReport("a", 40.0, 4, 1), 0);
+  MustReport(policy, MakeReport("b", 36.0, 4, 1), 0);
+  // A burst between two reports alternates instead of herding onto "a".
+  std::vector<std::string> picks;
+  for (int i = 0; i < 4; ++i) picks.push_back(policy.Dispatch(160, 0, 0).instance_id());
+  EXPECT_EQ(picks, (std::vector<std::string>{"a", "b", "a", "b"}));
+  // The next report replaces the estimate.
+  MustReport(policy, MakeReport("a", 40.0, 4, 1), 0);
+  EXPECT_EQ(policy.Dispatch(160, 0, 0).instance_id(), "a");
 }
 
 TEST(ManagerPolicyTest, WithoutMigrationOnlyDrainsMoveRequests) {
