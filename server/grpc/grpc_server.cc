@@ -381,11 +381,7 @@ void GenerateReactor::OnDone() {
 class GrpcServer::Impl {
  public:
   Impl(ServingContext& ctx, WorkQueue& work, std::string version)
-      : service_(ctx, work, std::move(version)),
-        reflection_v1_(MakeReflectionV1Service({v1::Generation::service_full_name(),
-                                                std::string(kHealthService),
-                                                "grpc.reflection.v1alpha.ServerReflection",
-                                                "grpc.reflection.v1.ServerReflection"})) {}
+      : service_(ctx, work, std::move(version)) {}
 
   absl::Status Start(const GrpcServerOptions& options) {
     grpc::EnableDefaultHealthCheckService(true);
@@ -398,11 +394,22 @@ class GrpcServer::Impl {
       ssl.pem_key_cert_pairs.push_back({key, cert});
       creds = grpc::SslServerCredentials(ssl);
     }
+    // Reflection v1 lists what v1alpha lists: every service on the port.
+    std::vector<std::string> names = {v1::Generation::service_full_name(),
+                                      std::string(kHealthService),
+                                      "grpc.reflection.v1alpha.ServerReflection",
+                                      "grpc.reflection.v1.ServerReflection"};
+    for (const GrpcServerOptions::ExtraService& extra : options.extra_services) {
+      names.push_back(extra.name);
+    }
+    reflection_v1_ = MakeReflectionV1Service(std::move(names));
     grpc::ServerBuilder builder;
     builder.AddListeningPort(StrCat(options.host, ":", options.port), creds, &port_);
     builder.RegisterService(&service_);
     builder.RegisterService(reflection_v1_.get());
-    for (grpc::Service* service : options.extra_services) builder.RegisterService(service);
+    for (const GrpcServerOptions::ExtraService& extra : options.extra_services) {
+      builder.RegisterService(extra.service);
+    }
     server_ = builder.BuildAndStart();
     if (server_ == nullptr || port_ == 0) {
       return absl::UnavailableError(

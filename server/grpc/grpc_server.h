@@ -30,8 +30,13 @@ struct GrpcServerOptions {
   // PEM files; both empty = plaintext.
   std::string tls_cert_file;
   std::string tls_key_file;
-  // More services on the same port (the internal cluster API); they must outlive the server.
-  std::vector<grpc::Service*> extra_services;
+  // More services on the same port (the internal cluster API), with their full names (for
+  // reflection); they must outlive the server.
+  struct ExtraService {
+    grpc::Service* service = nullptr;
+    std::string name;
+  };
+  std::vector<ExtraService> extra_services;
 };
 
 class GrpcServer {

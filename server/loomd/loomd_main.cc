@@ -195,7 +195,7 @@ int Run(const std::vector<std::string>& args) {
   if (config.grpc_port >= 0) {
     GrpcServerOptions grpc_options{config.host, static_cast<int>(config.grpc_port),
                                    config.grpc_tls_cert_file, config.grpc_tls_key_file,
-                                   {&instance_service}};
+                                   {{&instance_service, "loom.v1.Instance"}}};
     absl::StatusOr<std::unique_ptr<GrpcServer>> started =
         GrpcServer::Start(grpc_options, ctx, work, LOOM_VERSION);
     if (!started.ok()) {

@@ -141,8 +141,13 @@ class ManagerTest(unittest.TestCase):
         return body, values
 
     def test_dispatch_goes_to_the_least_loaded(self):
-        seen = {self.stub.Dispatch(pb.DispatchRequest(from_instance="mid", prompt_tokens=100),
-                                   timeout=10).instance_id for _ in range(60)}
+        seen = set()
+        for _ in range(60):
+            # A dispatch counts against its instance until that instance reports again.
+            for inst in self.instances:
+                inst.report()
+            seen.add(self.stub.Dispatch(pb.DispatchRequest(from_instance="mid", prompt_tokens=100),
+                                        timeout=10).instance_id)
         # Top-2 by dispatch freeness: cold (200) and mid (6); hot (-2) is busy.
         self.assertEqual(seen, {"cold", "mid"})
         reply = self.stub.Dispatch(pb.DispatchRequest(prompt_tokens=1), timeout=10)
