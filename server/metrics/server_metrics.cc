@@ -83,6 +83,14 @@ class ServerMetrics::Impl {
                                .Name("loom_migration_downtime_seconds")
                                .Help("Freeze to the destination's first output, per migration.")
                                .Register(*registry_);
+    // Every series exists from the start at 0, so that rates and alerts on them work before the
+    // first migration (and a scrape shows every family loomd declares).
+    const prometheus::Labels model{{"model_name", options.model_name}};
+    for (const char* outcome : {"committed", "aborted", "failed"}) {
+      migrations_->Add({{"model_name", options.model_name}, {"outcome", outcome}});
+    }
+    forwarded_->Add(model);
+    migration_downtime_->Add(model, kItlBuckets);
     if (options.vllm_compat) views_.push_back(MakeView("vllm:"));
     if (!options.kv_cache_dtype.empty()) {
       const prometheus::Labels labels{{"model_name", options.model_name},
