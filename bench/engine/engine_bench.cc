@@ -273,9 +273,15 @@ int Run(const std::vector<std::string>& args) {
     const BandwidthResult bw = MeasureReadBandwidth(pool, int64_t{1} << 30, 10);
     nlohmann::json by_streams;
     for (const auto& [streams, gbps] : bw.gb_per_s_by_streams) by_streams[std::to_string(streams)] = gbps;
+    nlohmann::json by_placement;
+    for (const auto& [placement, figures] : bw.gb_per_s_by_placement) {
+      for (const auto& [streams, gbps] : figures) by_placement[placement][std::to_string(streams)] = gbps;
+    }
     report["memory_bandwidth"][std::to_string(t) + "_threads"] = {
         {"best_gb_per_s", bw.best_gb_per_s}, {"best_streams_per_thread", bw.best_streams_per_thread},
-        {"gb_per_s_by_streams_per_thread", by_streams}, {"buffer_bytes", bw.buffer_bytes}};
+        {"best_placement", bw.best_placement}, {"loads", bw.loads},
+        {"gb_per_s_by_streams_per_thread", by_streams},
+        {"gb_per_s_by_placement_and_streams", by_placement}, {"buffer_bytes", bw.buffer_bytes}};
     for (int32_t b : batches) {
       nlohmann::json one = RunOne(s, t, b, bw.best_gb_per_s);
       std::cerr << one.dump() << "\n";

@@ -1,7 +1,7 @@
 // CPU matmul with block-quantized weights against its rooflines (Google Benchmark).
 //
-//   BM_Roofline       DRAM read bandwidth (bench/common/memory_bandwidth.h: 1-8 streams per
-//                     thread, best of 5) with 1 and 2 threads; the GEMV figures below are given as
+//   BM_Roofline       DRAM read bandwidth (bench/common/memory_bandwidth.h: 1-16 streams per
+//                     thread in three placements, best of 5) with 1 and 2 threads; the GEMV figures below are given as
 //                     a fraction of it ("roof")
 //   BM_QuantGemvSweep m = 1 or 8 over 512 MiB of quantized weights of the 1.1B (TinyLlama) shape,
 //                     layer after layer as a decode step runs them (q/k/v and gate/up as groups),
@@ -76,7 +76,8 @@ void BM_Roofline(benchmark::State& state) {
   g_roof_gb_per_s[threads] = result.best_gb_per_s;
   state.counters["GB/s"] = result.best_gb_per_s;
   state.SetLabel("threads=" + std::to_string(threads) +
-                 " streams=" + std::to_string(result.best_streams_per_thread));
+                 " streams=" + std::to_string(result.best_streams_per_thread) +
+                 " placement=" + result.best_placement);
 }
 BENCHMARK(BM_Roofline)->Arg(1)->Arg(2)->Iterations(1)->UseRealTime()->Unit(benchmark::kSecond);
 
