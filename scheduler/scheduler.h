@@ -199,10 +199,15 @@ class Scheduler {
   // Installs a migrated request under `id` with the reservation's blocks (none for a request
   // that moves without KV): it runs from the next step, computing from state.num_computed.
   // `tail` is the exported blob carrying a low-bit format's residual tail (may be null).
-  // InvalidArgument for a state that does not fit (context, blocks), ResourceExhausted when the
-  // sequence cap is reached.
+  // `last_blocks` (may be null) holds the reservation's blocks from `last_first_block` on that
+  // were not pushed yet: they are imported in the transfer step that precedes the sequence's first
+  // step here, exactly as ImportForMigration would have. InvalidArgument for a state that does not
+  // fit (context, blocks), ResourceExhausted when the sequence cap is reached; nothing is imported
+  // then.
   absl::Status ResumeMigrated(RequestId id, uint64_t reservation, const MigrantState& state,
-                              std::shared_ptr<const KvBlob> tail);
+                              std::shared_ptr<const KvBlob> tail,
+                              std::shared_ptr<const KvBlob> last_blocks = nullptr,
+                              int32_t last_first_block = 0);
 
   // Full consistency check for tests: block ownership matches reference counts, every running
   // sequence's blocks cover its computed tokens, no block is owned twice by one sequence.

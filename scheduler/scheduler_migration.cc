@@ -259,7 +259,9 @@ void Scheduler::ExpireReservations(int64_t older_than_ms) {
 
 absl::Status Scheduler::ResumeMigrated(RequestId id, uint64_t reservation,
                                        const MigrantState& state,
-                                       std::shared_ptr<const KvBlob> tail) {
+                                       std::shared_ptr<const KvBlob> tail,
+                                       std::shared_ptr<const KvBlob> last_blocks,
+                                       int32_t last_first_block) {
   const SchedRequest& p = state.params;
   const int32_t len = static_cast<int32_t>(state.tokens.size());
   const int32_t num_prompt = static_cast<int32_t>(p.prompt.size());
@@ -289,14 +291,28 @@ absl::Status Scheduler::ResumeMigrated(RequestId id, uint64_t reservation,
     r = std::move(it->second);
     reservations_.erase(it);
   }
+  const int32_t num_last = last_blocks != nullptr ? last_blocks->num_blocks : 0;
   if (static_cast<int32_t>(r.blocks.size()) < need ||
-      (state.num_computed > 0 && static_cast<int32_t>(running_.size()) >= config_.max_num_seqs)) {
+      (state.num_computed > 0 && static_cast<int32_t>(running_.size()) >= config_.max_num_seqs) ||
+      (num_last > 0 && (last_first_block < 0 || last_first_block + num_last > need))) {
     pool_.Release(r.blocks);
-    return static_cast<int32_t>(r.blocks.size()) < need
-               ? absl::InvalidArgumentError(StrCat("the request computed ", state.num_computed,
-                                                   " tokens; ", r.blocks.size(),
-                                                   " blocks were filled"))
-               : absl::ResourceExhaustedError("this instance runs its most sequences already");
+    if (static_cast<int32_t>(r.blocks.size()) < need) {
+      return absl::InvalidArgumentError(StrCat("the request computed ", state.num_computed,
+                                               " tokens; ", r.blocks.size(), " blocks were filled"));
+    }
+    if (num_last > 0 && (last_first_block < 0 || last_first_block + num_last > need)) {
+      return absl::InvalidArgumentError(
+          StrCat("final blocks [", last_first_block, ", ", last_first_block + num_last,
+                 ") are outside the ", need, " blocks the request fills"));
+    }
+    return absl::ResourceExhaustedError("this instance runs its most sequences already");
+  }
+  if (num_last > 0) {
+    KvImport im;
+    im.blocks.assign(r.blocks.begin() + last_first_block,
+                     r.blocks.begin() + last_first_block + num_last);
+    im.data = std::move(last_blocks);
+    pending_imports_.push_back(std::move(im));
   }
   // Blocks beyond the computed ones go back (the scheduler allocates as it grows).
   pool_.Release(std::vector<BlockId>(r.blocks.begin() + need, r.blocks.end()));

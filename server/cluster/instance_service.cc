@@ -212,6 +212,23 @@ grpc::Status InstanceService::Resume(grpc::ServerContext* call, const v1::Resume
                                tail_expected ? ctx_.capacity.tail_slot_bytes : 0,
                                " were expected"));
   }
+  std::shared_ptr<const KvBlob> last_blocks;
+  if (in->final_num_blocks() != 0 || !in->final_blocks().empty()) {
+    const int64_t per_block = ctx_.capacity.bytes_per_block;
+    if (rid == 0 || in->final_num_blocks() <= 0 || in->final_first_block() < 0 ||
+        static_cast<int64_t>(in->final_blocks().size()) != in->final_num_blocks() * per_block) {
+      ctx_.engine->Post([rid](LoopAccess& loop) { loop.scheduler().ReleaseReservation(rid); });
+      Forget(rid);
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          StrCat("expected ", in->final_num_blocks(), " final blocks of ",
+                                 per_block, " bytes, got ", in->final_blocks().size(), " bytes"));
+    }
+    auto blob = std::make_shared<KvBlob>();
+    blob->layout = ctx_.capacity.kv_layout;
+    blob->num_blocks = in->final_num_blocks();
+    blob->blocks.assign(in->final_blocks().begin(), in->final_blocks().end());
+    last_blocks = std::move(blob);
+  }
   std::shared_ptr<const KvBlob> tail;
   if (!in->kv_tail().empty()) {
     auto blob = std::make_shared<KvBlob>();
@@ -225,8 +242,10 @@ grpc::Status InstanceService::Resume(grpc::ServerContext* call, const v1::Resume
   MigrantState migrant = *std::move(state);
   std::optional<absl::Status> installed = CallOnLoop<absl::Status>(
       *ctx_.engine, ctx_.config.migration_timeout_ms,
-      [id, rid, migrant, tail, stream](LoopAccess& loop, std::function<void(absl::Status)> reply) {
-        absl::Status s = loop.scheduler().ResumeMigrated(id, rid, migrant, tail);
+      [id, rid, migrant, tail, last_blocks, first = in->final_first_block(), stream](
+          LoopAccess& loop, std::function<void(absl::Status)> reply) {
+        absl::Status s =
+            loop.scheduler().ResumeMigrated(id, rid, migrant, tail, last_blocks, first);
         if (s.ok()) loop.AttachStream(id, stream, 1);
         reply(s);
       });

@@ -236,20 +236,24 @@ Migrator::Round Migrator::CopyRound(Transfer& t, bool freeze, int32_t cap) {
     absl::StatusOr<MigrationExport> ex;
     bool step_ok = false;
     std::shared_ptr<RequestStream> stream;
+    std::chrono::steady_clock::time_point frozen_at;
   };
   std::optional<Exported> got = CallOnLoop<Exported>(
       *ctx_.engine, timeout,
       [id, sent, freeze, cap](LoopAccess& a, std::function<void(Exported)> reply) {
         absl::StatusOr<MigrationExport> e = a.scheduler().ExportForMigration(id, sent, freeze, cap);
         if (!e.ok()) {
-          reply(Exported{std::move(e), false, nullptr});
+          reply(Exported{std::move(e), false, nullptr, {}});
           return;
         }
+        const auto frozen_at = std::chrono::steady_clock::now();
         // Frozen, the request publishes nothing more here: its stream leaves the loop now, so
         // that the destination's first output reaches the client without waiting for a step
         // boundary of this instance. An abort puts it back.
         std::shared_ptr<RequestStream> stream = freeze ? a.DetachStream(id) : nullptr;
-        a.AfterNextStep([e, reply, stream](bool ok) { reply(Exported{e, ok, stream}); });
+        a.AfterNextStep([e, reply, stream, frozen_at](bool ok) {
+          reply(Exported{e, ok, stream, frozen_at});
+        });
       });
   if (!got.has_value()) {
     round.error = "the engine loop did not answer";
@@ -261,6 +265,7 @@ Migrator::Round Migrator::CopyRound(Transfer& t, bool freeze, int32_t cap) {
     return round;
   }
   round.froze = freeze;
+  round.frozen_at = got->frozen_at;
   round.stream = std::move(got->stream);
   round.ex = *std::move(got->ex);
   const MigrationExport& ex = round.ex;
@@ -296,6 +301,15 @@ Migrator::Round Migrator::CopyRound(Transfer& t, bool freeze, int32_t cap) {
     t.reserved = ex.total_blocks;
   }
   const int64_t per_block = ctx_.capacity.bytes_per_block;
+  if (freeze && ex.num_blocks > 0 && int64_t{ex.num_blocks} * per_block <= kMaxPushBytes) {
+    // The frozen remainder fits one message: it rides in the Resume call, so the destination
+    // imports it and installs the request in one pass of its loop.
+    round.deferred = true;
+    round.deferred_first_block = t.sent;
+    t.blocks_copied += ex.num_blocks;
+    t.sent = ex.total_blocks;
+    return round;
+  }
   const int32_t chunk = static_cast<int32_t>(std::max<int64_t>(1, kMaxPushBytes / per_block));
   for (int32_t b = 0; b < ex.num_blocks; b += chunk) {
     const int32_t n = std::min(chunk, ex.num_blocks - b);
@@ -401,12 +415,13 @@ MigrationOutcome Migrator::MigrateOne(RequestId id, const std::string& address,
   bool last = false;
   std::chrono::steady_clock::time_point freeze_time;
   MigrationExport ex;
+  bool deferred = false;
+  int32_t deferred_first_block = 0;
   // The staging buffer: blocks exported (and held in memory) at once.
   const int32_t round_cap = static_cast<int32_t>(
       std::max<int64_t>(1, kMaxStageBytes / std::max<int64_t>(ctx_.capacity.bytes_per_block, 1)));
   for (int32_t stage = 0; !frozen; ++stage) {
     last = last || stage + 1 >= ctx_.config.migration_max_stages;
-    if (last) freeze_time = std::chrono::steady_clock::now();
     int32_t stage_blocks = 0;
     // Rounds of at most round_cap blocks until this stage has caught up (the last stage takes
     // everything left at once: the request is frozen, nothing grows).
@@ -421,7 +436,12 @@ MigrationOutcome Migrator::MigrateOne(RequestId id, const std::string& address,
         return result;
       }
       frozen = frozen || round.froze;
-      if (round.froze) stream = std::move(round.stream);
+      if (round.froze) {
+        stream = std::move(round.stream);
+        freeze_time = round.frozen_at;
+        deferred = round.deferred;
+        deferred_first_block = round.deferred_first_block;
+      }
       if (!round.error.empty()) return abort(round.error);
       ex = std::move(round.ex);
       stage_blocks += ex.num_blocks;
@@ -451,6 +471,12 @@ MigrationOutcome Migrator::MigrateOne(RequestId id, const std::string& address,
   if (ex.blob != nullptr && !ex.blob->tail.empty()) {
     resume.set_kv_tail(ex.blob->tail.data(), ex.blob->tail.size());
     resume.set_kv_tail_first_block(ex.blob->tail_first_block);
+  }
+  if (deferred && ex.blob != nullptr) {
+    resume.set_final_blocks(ex.blob->blocks.data(),
+                            static_cast<size_t>(ex.num_blocks * ctx_.capacity.bytes_per_block));
+    resume.set_final_first_block(deferred_first_block);
+    resume.set_final_num_blocks(ex.num_blocks);
   }
   if (ex.state.num_computed == 0 && t.reservation != 0) {
     // Moves without KV: the reservation is not needed.

@@ -22,6 +22,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -95,6 +96,12 @@ class Migrator {
     bool froze = false;     // the request is frozen (a last-stage export was planned)
     // Frozen: the client's stream, taken from the loop (null if the client already left).
     std::shared_ptr<RequestStream> stream;
+    // Frozen: when the loop froze the request (its last output here was published before).
+    std::chrono::steady_clock::time_point frozen_at;
+    // Frozen and few: the blocks were not pushed; they ride in the Resume call, for reservation
+    // slots from `deferred_first_block` on.
+    bool deferred = false;
+    int32_t deferred_first_block = 0;
   };
   Round CopyRound(Transfer& t, bool freeze, int32_t cap);
   MigrationOutcome MigrateOne(RequestId id, const std::string& address,

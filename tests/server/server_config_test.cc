@@ -22,12 +22,17 @@ struct FakeEnv {
   }
 };
 
-// One file per test process: ctest runs the tests of this binary as parallel processes.
+// One file per test process (ctest runs the tests of this binary as parallel processes), removed
+// when the process exits.
 std::string WriteTemp(const std::string& text) {
-  const std::string path = ::testing::TempDir() + "/" + std::to_string(getpid()) +
-                           ".loom_config_test.json";
-  std::ofstream(path) << text;
-  return path;
+  struct RemovedAtExit {
+    std::string path;
+    ~RemovedAtExit() { std::remove(path.c_str()); }
+  };
+  static const RemovedAtExit file{::testing::TempDir() + "/" + std::to_string(getpid()) +
+                                  ".loom_config_test.json"};
+  std::ofstream(file.path) << text;
+  return file.path;
 }
 
 absl::Status Load(const std::vector<std::string>& args, const FakeEnv& env, ServerConfig* c) {
