@@ -1,0 +1,334 @@
+#include "engine/experts/expert_store.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "engine/common/logging.h"
+#include "engine/common/strings.h"
+
+namespace loom {
+namespace {
+
+constexpr int64_t kPage = 4096;
+
+std::string KeyText(ExpertKey key) {
+  return StrCat("(layer ", key.layer, ", expert ", key.expert, ")");
+}
+
+int64_t RoundUp(int64_t value, int64_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+// Reads [pos, pos + len) of `fd` into `dst`, looping over short reads; returns the bytes read
+// (less than len only at the end of the file) or -errno.
+int64_t ReadFully(int fd, uint8_t* dst, int64_t pos, int64_t len) {
+  int64_t done = 0;
+  while (done < len) {
+    const ssize_t n = ::pread(fd, dst + done, static_cast<size_t>(len - done), pos + done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return -errno;
+    }
+    if (n == 0) break;
+    done += n;
+  }
+  return done;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Create(
+    const std::string& path, std::vector<ExpertLocation> experts,
+    const ExpertStoreOptions& options) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::NotFoundError(StrCat(path, ": ", std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(StrCat(path, ": not a regular file"));
+  }
+  const int64_t file_bytes = st.st_size;
+  int64_t slot_bytes = kPage;
+  absl::flat_hash_map<ExpertKey, Entry> entries;
+  for (ExpertLocation& location : experts) {
+    Entry entry;
+    int64_t cursor = 0;
+    for (const ExpertPart& part : location.parts) {
+      if (part.offset < 0 || part.bytes <= 0 || part.offset > file_bytes - part.bytes) {
+        ::close(fd);
+        return absl::DataLossError(StrCat(path, ": expert ", KeyText(location.key), " needs bytes [",
+                                          part.offset, ", ", part.offset + part.bytes,
+                                          ") of a file of ", file_bytes, " bytes"));
+      }
+      entry.part_offsets.push_back(cursor + part.offset % kPage);
+      cursor += RoundUp(part.offset % kPage + part.bytes, kPage);
+    }
+    if (location.parts.empty()) {
+      ::close(fd);
+      return absl::InvalidArgumentError(StrCat("expert ", KeyText(location.key), " has no parts"));
+    }
+    slot_bytes = std::max(slot_bytes, cursor);
+    const ExpertKey key = location.key;
+    entry.location = std::move(location);
+    if (!entries.emplace(key, std::move(entry)).second) {
+      ::close(fd);
+      return absl::InvalidArgumentError(StrCat("expert ", KeyText(key), " is listed twice"));
+    }
+  }
+  const int32_t num_slots = static_cast<int32_t>(std::clamp<int64_t>(
+      options.budget_bytes / slot_bytes, 1, std::max<int64_t>(1, static_cast<int64_t>(entries.size()))));
+  const int direct_fd = options.direct_io ? ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT) : -1;
+  auto store = std::unique_ptr<ExpertStore>(new ExpertStore(fd, direct_fd, slot_bytes, num_slots));
+  if (store->slots_ == nullptr) {
+    return absl::ResourceExhaustedError(
+        StrCat("cannot allocate ", num_slots, " expert slots of ", slot_bytes, " bytes"));
+  }
+  store->entries_ = std::move(entries);
+  store->loader_ = std::thread([s = store.get()] { s->LoaderLoop(); });
+  return store;
+}
+
+ExpertStore::ExpertStore(int fd, int direct_fd, int64_t slot_bytes, int32_t num_slots)
+    : fd_(fd), direct_fd_(direct_fd), slot_bytes_(slot_bytes) {
+  slots_ = static_cast<uint8_t*>(
+      std::aligned_alloc(kPage, static_cast<size_t>(slot_bytes * num_slots)));
+  slot_owner_.resize(static_cast<size_t>(num_slots));
+  slot_used_.assign(static_cast<size_t>(num_slots), false);
+  stats_.num_slots = num_slots;
+  stats_.direct_io = direct_fd >= 0;
+}
+
+ExpertStore::~ExpertStore() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (loader_.joinable()) loader_.join();
+  std::free(slots_);
+  if (direct_fd_ >= 0) ::close(direct_fd_);
+  ::close(fd_);
+}
+
+absl::StatusOr<ExpertBytes> ExpertStore::Acquire(ExpertKey key) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return absl::NotFoundError(StrCat("no expert ", KeyText(key)));
+  Entry& e = it->second;
+  bool counted = false;
+  for (;;) {
+    if (e.state == State::kResident) {
+      if (!counted) ++stats_.hits;
+      if (e.from_prefetch) {
+        ++stats_.prefetches_used;
+        e.from_prefetch = false;
+      }
+      ++e.pins;
+      e.last_use = ++clock_;
+      return ExpertBytes{slots_ + int64_t{e.slot} * slot_bytes_, e.part_offsets};
+    }
+    if (!counted) {
+      // Arriving from a prefetch, or loaded on demand for another caller: this call loads
+      // nothing. Otherwise it is a miss.
+      const bool arriving = e.state == State::kLoading;
+      ++(arriving ? stats_.hits : stats_.misses);
+      counted = true;
+    }
+    if (e.state == State::kHome || (e.state == State::kQueued && !e.demanded)) {
+      e.state = State::kQueued;
+      e.demanded = true;
+      e.error = absl::OkStatus();
+      demand_.push_back(key);
+      cv_.notify_all();
+    }
+    loaded_cv_.wait(lock, [&] {
+      return e.state == State::kResident || (e.state == State::kHome && !e.error.ok()) ||
+             stopping_;
+    });
+    if (stopping_) return absl::CancelledError("the expert store is stopping");
+    if (e.state == State::kHome) return e.error;
+  }
+}
+
+void ExpertStore::Release(ExpertKey key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end() || it->second.pins == 0) {
+    LOOM_LOG(kError, "expert ", KeyText(key), " released more often than acquired");
+    return;
+  }
+  --it->second.pins;
+  it->second.last_use = ++clock_;
+}
+
+void ExpertStore::Prefetch(std::span<const ExpertKey> keys) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (ExpertKey old : prefetch_) {
+      Entry& e = entries_.find(old)->second;
+      if (e.state == State::kQueued && !e.demanded) {
+        e.state = State::kHome;
+        ++stats_.prefetches_cancelled;
+      }
+    }
+    prefetch_.clear();
+    for (ExpertKey key : keys) {
+      auto it = entries_.find(key);
+      if (it == entries_.end() || it->second.state != State::kHome) continue;
+      it->second.state = State::kQueued;
+      prefetch_.push_back(key);
+    }
+  }
+  cv_.notify_all();
+}
+
+void ExpertStore::SetScores(std::span<const std::pair<ExpertKey, double>> scores) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [key, e] : entries_) e.score = 0;
+  for (const auto& [key, score] : scores) {
+    auto it = entries_.find(key);
+    if (it != entries_.end()) it->second.score = score;
+  }
+}
+
+bool ExpertStore::IsResident(ExpertKey key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(key);
+  return it != entries_.end() && it->second.state == State::kResident;
+}
+
+ExpertStoreStats ExpertStore::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  ExpertStoreStats s = stats_;
+  s.resident = 0;
+  for (const auto& [key, e] : entries_) s.resident += e.state == State::kResident;
+  return s;
+}
+
+int32_t ExpertStore::TakeSlot(double victim_score_below) {
+  for (size_t i = 0; i < slot_used_.size(); ++i) {
+    if (!slot_used_[i]) return static_cast<int32_t>(i);
+  }
+  Entry* victim = nullptr;
+  for (size_t i = 0; i < slot_owner_.size(); ++i) {
+    Entry& e = entries_[slot_owner_[i]];
+    if (e.state != State::kResident || e.pins > 0 || !(e.score < victim_score_below)) continue;
+    if (victim == nullptr || e.score < victim->score ||
+        (e.score == victim->score && e.last_use < victim->last_use)) {
+      victim = &e;
+    }
+  }
+  if (victim == nullptr) return -1;
+  const int32_t slot = victim->slot;
+  if (victim->from_prefetch) ++stats_.prefetches_wasted;
+  ++stats_.evictions;
+  victim->state = State::kHome;
+  victim->slot = -1;
+  victim->from_prefetch = false;
+  slot_used_[static_cast<size_t>(slot)] = false;
+  return slot;
+}
+
+void ExpertStore::LoaderLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stopping_ || !demand_.empty() || !prefetch_.empty(); });
+    if (stopping_) return;
+    const bool on_demand = !demand_.empty();
+    std::deque<ExpertKey>& queue = on_demand ? demand_ : prefetch_;
+    const ExpertKey key = queue.front();
+    queue.pop_front();
+    Entry& e = entries_[key];
+    // Skip stale entries: promoted to demand meanwhile (their demand entry loads them), or not
+    // queued any more.
+    if (e.state != State::kQueued || e.demanded != on_demand) continue;
+    const int32_t slot =
+        TakeSlot(on_demand ? std::numeric_limits<double>::infinity() : e.score);
+    if (slot < 0) {
+      e.state = State::kHome;
+      if (!on_demand) ++stats_.prefetches_dropped;
+      if (on_demand) {
+        e.demanded = false;
+        e.error = absl::ResourceExhaustedError(
+            StrCat("every one of the ", slot_used_.size(), " expert slots is in use; expert ",
+                   KeyText(key), " cannot be loaded (raise the expert cache budget)"));
+        loaded_cv_.notify_all();
+      }
+      continue;
+    }
+    e.state = State::kLoading;
+    e.slot = slot;
+    e.from_prefetch = !on_demand;
+    if (!on_demand) ++stats_.prefetches_issued;
+    slot_owner_[static_cast<size_t>(slot)] = key;
+    slot_used_[static_cast<size_t>(slot)] = true;
+    uint8_t* dst = slots_ + int64_t{slot} * slot_bytes_;
+    lock.unlock();
+    const auto start = std::chrono::steady_clock::now();
+    absl::Status read = ReadInto(e, dst);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    lock.lock();
+    stats_.load_seconds += seconds;
+    e.demanded = false;
+    if (read.ok()) {
+      e.state = State::kResident;
+      e.last_use = ++clock_;
+      for (const ExpertPart& part : e.location.parts) stats_.bytes_loaded += part.bytes;
+    } else {
+      LOOM_LOG(kError, read.message());
+      e.state = State::kHome;
+      e.slot = -1;
+      e.from_prefetch = false;
+      e.error = std::move(read);
+      slot_used_[static_cast<size_t>(slot)] = false;
+    }
+    loaded_cv_.notify_all();
+  }
+}
+
+absl::Status ExpertStore::ReadInto(const Entry& entry, uint8_t* slot) {
+  for (size_t i = 0; i < entry.location.parts.size(); ++i) {
+    const ExpertPart& part = entry.location.parts[i];
+    const int64_t in_page = part.offset % kPage;
+    uint8_t* chunk = slot + entry.part_offsets[i] - in_page;
+    const int64_t need = in_page + part.bytes;
+    int64_t got = -EINVAL;
+    if (direct_fd_ >= 0) {
+      // Whole pages into the page-aligned chunk; the last may run past the end of the file.
+      got = ReadFully(direct_fd_, chunk, part.offset - in_page, RoundUp(need, kPage));
+      if (got == -EINVAL) {
+        LOOM_LOG(kWarning, "O_DIRECT reads are refused here; expert reads go through the page "
+                 "cache and drop it afterwards");
+        ::close(direct_fd_);
+        direct_fd_ = -1;
+        std::lock_guard<std::mutex> lock(mu_);
+        stats_.direct_io = false;
+      }
+    }
+    if (direct_fd_ < 0) {
+      got = ReadFully(fd_, chunk + in_page, part.offset, part.bytes);
+      if (got >= 0) got += in_page;
+      (void)::posix_fadvise(fd_, part.offset, part.bytes, POSIX_FADV_DONTNEED);
+    }
+    if (got < 0) {
+      return absl::DataLossError(
+          StrCat("reading expert ", KeyText(entry.location.key), ": ", std::strerror(static_cast<int>(-got))));
+    }
+    if (got < need) {
+      return absl::DataLossError(StrCat("reading expert ", KeyText(entry.location.key), ": the file ended ",
+                                        need - got, " bytes early"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace loom

@@ -1,0 +1,161 @@
+// The expert store: where each routed expert of an MoE model lives, and a bounded fast tier that
+// holds the hot ones (shared/ARCHITECTURE.md §4 "Expert store"; the policy that decides what to
+// prefetch and evict is the scheduler's, scheduler/experts/).
+//
+// Tiers on the CPU backend: every expert's home is its bytes in the checkpoint file (the slow
+// tier); the fast tier is `budget_bytes` of RAM cut into equal slots, one expert per slot. A
+// slot holds an expert's parts (gate, up, down matrices, or whatever the caller names) back to
+// back, each in its own page-aligned chunk at the offset modulo 4096 it has in the file, so a
+// part has in the slot the alignment it has in the checkpoint's mapping and kernels use it in
+// place.
+//
+// Reads bypass the OS page cache where the file system allows it (O_DIRECT, into the aligned
+// slot), and otherwise read normally and then drop the range from the page cache
+// (POSIX_FADV_DONTNEED): the budget is the memory experts really take, so a model larger than RAM
+// runs from its file instead of thrashing the page cache, and the figures measure the store.
+//
+// Residency is reference counted: Acquire pins an expert until the matching Release, and a
+// pinned expert is never evicted. One loader thread reads; on-demand loads (Acquire of a missing
+// expert) always go before prefetches, and Prefetch replaces the queue of prefetches not yet
+// started (stale hints are cancelled). The victim of a load is the unpinned resident expert with
+// the lowest score (SetScores: the scheduler's predicted future use), least recently used first
+// among equals; an expert never scored has score 0. With no scores every policy reduces to LRU.
+//
+// No Acquire may be in flight when the store is destroyed.
+//
+// Thread safety: every method may be called from any thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/api/expert_hints.h"
+
+namespace loom {
+
+// One contiguous byte range of an expert in the checkpoint file.
+struct ExpertPart {
+  int64_t offset = 0;
+  int64_t bytes = 0;
+};
+
+// Where one expert lives in the file: its parts, in the order they are laid out in a slot.
+struct ExpertLocation {
+  ExpertKey key;
+  std::vector<ExpertPart> parts;
+};
+
+struct ExpertStoreOptions {
+  // RAM for the fast tier; it holds budget_bytes / slot_bytes experts (at least one).
+  int64_t budget_bytes = 0;
+  // Try O_DIRECT first (the fallback is a normal read followed by POSIX_FADV_DONTNEED).
+  bool direct_io = true;
+};
+
+// Counters since creation. A prefetch is "used" when an Acquire finds the expert it loaded (or
+// is loading) before it is evicted, "wasted" when it is evicted unused.
+struct ExpertStoreStats {
+  int64_t hits = 0;              // Acquire found it resident (or arriving from a prefetch)
+  int64_t misses = 0;            // Acquire had to load it on demand
+  int64_t prefetches_issued = 0; // prefetch loads started
+  int64_t prefetches_used = 0;
+  int64_t prefetches_wasted = 0;
+  int64_t prefetches_cancelled = 0;  // hints replaced before their load started
+  int64_t prefetches_dropped = 0;    // no free slot and nothing scored lower to evict
+  int64_t evictions = 0;
+  int64_t bytes_loaded = 0;
+  double load_seconds = 0;       // time the loader spent reading
+  int32_t num_slots = 0;
+  int32_t resident = 0;
+  bool direct_io = false;        // whether reads bypass the page cache with O_DIRECT
+};
+
+// A resident, pinned expert: the slot's bytes and where each part starts in them.
+struct ExpertBytes {
+  const uint8_t* data = nullptr;
+  std::vector<int64_t> part_offsets;  // one per ExpertLocation part
+};
+
+class ExpertStore {
+ public:
+  // Opens `path` read-only and checks every location lies inside the file (DataLoss naming the
+  // expert otherwise). A key may appear once. The fast tier is allocated here.
+  static absl::StatusOr<std::unique_ptr<ExpertStore>> Create(const std::string& path,
+                                                             std::vector<ExpertLocation> experts,
+                                                             const ExpertStoreOptions& options);
+  ~ExpertStore();
+  ExpertStore(const ExpertStore&) = delete;
+  ExpertStore& operator=(const ExpertStore&) = delete;
+
+  // Pins `key`, loading it first if needed (ahead of any prefetch), and returns its bytes, valid
+  // until the matching Release. NotFound for an unknown key; ResourceExhausted when every slot is
+  // pinned; DataLoss when the read fails.
+  absl::StatusOr<ExpertBytes> Acquire(ExpertKey key);
+  void Release(ExpertKey key);
+
+  // Replaces the queue of prefetches not yet started with `keys` (most urgent first); keys
+  // already resident or loading, and unknown keys, are skipped. A prefetch takes a free slot or
+  // evicts an unpinned expert scored strictly lower than itself; with no such slot it is dropped
+  // (a later Acquire loads the expert on demand).
+  void Prefetch(std::span<const ExpertKey> keys);
+
+  // Predicted future use per expert (higher = keep); replaces the previous scores.
+  void SetScores(std::span<const std::pair<ExpertKey, double>> scores);
+
+  bool IsResident(ExpertKey key) const;
+  ExpertStoreStats Stats() const;
+  int64_t slot_bytes() const { return slot_bytes_; }
+
+ private:
+  enum class State { kHome, kQueued, kLoading, kResident };
+  struct Entry {
+    ExpertLocation location;
+    std::vector<int64_t> part_offsets;
+    State state = State::kHome;
+    int32_t slot = -1;
+    int32_t pins = 0;
+    uint64_t last_use = 0;
+    double score = 0;
+    bool from_prefetch = false;  // resident or loading because of a prefetch, not yet used
+    bool demanded = false;       // an Acquire waits for it
+    absl::Status error;          // the last load's failure, reported to its waiters
+  };
+
+  ExpertStore(int fd, int direct_fd, int64_t slot_bytes, int32_t num_slots);
+  void LoaderLoop();
+  // Under mu_: a free slot, or one freed by evicting the lowest-scored unpinned expert whose
+  // score is below `victim_score_below`; -1 when there is none.
+  int32_t TakeSlot(double victim_score_below);
+  absl::Status ReadInto(const Entry& entry, uint8_t* slot);
+
+  const int fd_;
+  int direct_fd_;  // -1 when O_DIRECT is unavailable (or failed once); the loader's only
+  const int64_t slot_bytes_;
+  uint8_t* slots_ = nullptr;
+  std::vector<ExpertKey> slot_owner_;
+  std::vector<bool> slot_used_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;         // loader: work arrived or stopping
+  std::condition_variable loaded_cv_;  // waiters: a load finished
+  absl::flat_hash_map<ExpertKey, Entry> entries_;
+  std::deque<ExpertKey> demand_;
+  std::deque<ExpertKey> prefetch_;
+  uint64_t clock_ = 0;
+  bool stopping_ = false;
+  ExpertStoreStats stats_;
+  std::thread loader_;
+};
+
+}  // namespace loom
