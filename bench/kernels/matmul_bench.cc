@@ -1,14 +1,15 @@
 // CPU matmul against its rooflines (Google Benchmark).
 //
 //   BM_ReadRoofline  DRAM read bandwidth with 1, 4 or 8 concurrent streams per thread: the GEMV
-//   roof BM_FmaPeak       f32 FMA throughput of 12 independent register chains: the GEMM roof
-//   without
+//                    roof (bench/common/memory_bandwidth.h sweeps more shapes of the read)
+//   BM_FmaPeak       f32 FMA throughput of 12 independent register chains: the GEMM roof without
 //                    AMX (AVX2 ymm, or AVX-512 zmm where the selected level has it)
+//   BM_Bf16DotPeak   vdpbf16ps throughput of 12 chains: the roof of the AVX512-BF16 GEMM (kBf16)
 //   BM_Gemv          m = 1 on one 1.1B-shaped weight; GB/s = weight bytes / time
 //   BM_GemvSweep     m = 1..8 over a model's worth (> 1 GiB) of weights, layer after layer as a
 //                    decode step runs them (q/k/v and gate/up as groups), so caches cannot help
 //   BM_Gemm          m in {16, 64, 128, 512} on the same shapes; GFLOP/s = 2 m n k / time, per
-//                    precision where it matters (AMX)
+//                    precision where it matters (AMX, and AVX-512's bf16 dot products)
 //   BM_PathCrossover GEMV and GEMM paths forced at m = 1..16: where MatmulGemvMaxM comes from
 //
 // Shapes are the 1.1B (TinyLlama) linear layers: q/o 2048×2048, k/v 256×2048, gate/up 5632×2048,
@@ -148,6 +149,45 @@ __attribute__((target("avx512f"))) float FmaChainsAvx512(int64_t steps) {
   _mm512_store_ps(lanes, sum);
   return lanes[0] + lanes[15];
 }
+
+// 12 independent vdpbf16ps chains: 32 multiply-adds (64 flops) per instruction. The roof of the
+// AVX512-BF16 GEMM.
+__attribute__((target("avx512f,avx512bf16"))) float Bf16DotChains(int64_t steps) {
+  __m512 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+  const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f7f3f7f);  // (0.996, 0.996)
+  const __m512bh b = (__m512bh)_mm512_set1_epi32(0x3a833a83);  // (1e-3, 1e-3)
+  for (int64_t s = 0; s < steps; ++s) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+  }
+  __m512 sum = acc[0];
+  for (int i = 1; i < 12; ++i) sum = _mm512_add_ps(sum, acc[i]);
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, sum);
+  return lanes[0] + lanes[15];
+}
+
+void BM_Bf16DotPeak(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  if (static_cast<int>(SelectedIsa()) < static_cast<int>(Isa::kAvx512)) {
+    state.SkipWithError("no AVX512-BF16");
+    return;
+  }
+  constexpr int64_t kSteps = 1 << 22;
+  float sink[2] = {};
+  const auto begin = Clock::now();
+  for (auto _ : state) {
+    Pool(threads).ParallelFor(threads, [&](int64_t t, int64_t, int) {
+      sink[t] += Bf16DotChains(kSteps);
+    });
+  }
+  const double seconds = Seconds(begin, Clock::now());
+  benchmark::DoNotOptimize(sink);
+  state.counters["GFLOP/s"] = 2.0 * 12 * 32 * kSteps * threads * state.iterations() / seconds / 1e9;
+  state.SetLabel("avx512-bf16 threads=" + std::to_string(threads));
+}
+BENCHMARK(BM_Bf16DotPeak)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 void BM_FmaPeak(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
@@ -322,11 +362,12 @@ void BM_Gemm(benchmark::State& state) {
                  (options.precision == MatmulPrecision::kHighest ? " highest" : " bf16"));
 }
 
-// Precision only changes the AMX path; elsewhere both would measure the same code.
+// Precision changes the AMX path and the AVX-512 bf16 GEMM (vdpbf16ps at kBf16); elsewhere both
+// would measure the same code.
 void GemmArgs(benchmark::internal::Benchmark* b) {
-  const bool amx = SelectedIsa() == Isa::kAmx;
+  const bool bf16_units = static_cast<int>(SelectedIsa()) >= static_cast<int>(Isa::kAvx512);
   for (int64_t precision : {0, 1}) {
-    if (precision == 1 && !amx) continue;
+    if (precision == 1 && !bf16_units) continue;
     for (int64_t dtype : {0, 1, 2}) {
       for (int64_t shape : {0, 1, 2, 3}) {
         for (int64_t m : {16, 64, 128, 512}) {

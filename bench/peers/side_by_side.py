@@ -110,23 +110,26 @@ def convert(src, ckpt, outtype, out, python):
         env=env, stdout=subprocess.DEVNULL)
 
 
-def fma_peak(matmul_bench):
-    out = run([matmul_bench, "--benchmark_filter=BM_FmaPeak", "--benchmark_format=json",
-               "--benchmark_repetitions=3"], capture_output=True).stdout
-    peaks = {}
+def compute_peaks(matmul_bench):
+    """Best GFLOP/s per thread count of the f32 FMA and (where the CPU has it) vdpbf16ps chains."""
+    out = run([matmul_bench, "--benchmark_filter=BM_FmaPeak|BM_Bf16DotPeak",
+               "--benchmark_format=json", "--benchmark_repetitions=3"], capture_output=True).stdout
+    peaks = {"fma": {}, "bf16_dot": {}}
     for b in json.loads(out)["benchmarks"]:
-        if b.get("run_type") == "aggregate":
+        if b.get("run_type") == "aggregate" or b.get("error_occurred"):
             continue
+        kind = "bf16_dot" if b["name"].startswith("BM_Bf16DotPeak") else "fma"
         threads = int(b["name"].split("/")[1])
-        peaks[threads] = max(peaks.get(threads, 0), b.get("GFLOP/s", 0))
+        peaks[kind][threads] = max(peaks[kind].get(threads, 0), b.get("GFLOP/s", 0))
     return peaks
 
 
-def loom_round(loom_bench, ckpt, threads, args, batch):
-    out = args.work / f"loom-t{threads}-b{batch}.json"
+def loom_round(loom_bench, ckpt, threads, args, batch, fast_bf16=False):
+    out = args.work / f"loom-t{threads}-b{batch}{'-fast' if fast_bf16 else ''}.json"
     prompt = args.prompt if batch == 1 else 64
+    extra = ["--fast-bf16-matmul"] if fast_bf16 else []
     run([loom_bench, "run", "--model", ckpt, "--threads", threads, "--batch", batch,
-         "--prompt-len", prompt, "--gen-len", args.gen, "--repeat", 1, "--out", out],
+         "--prompt-len", prompt, "--gen-len", args.gen, "--repeat", 1, "--out", out, *extra],
         stdout=subprocess.DEVNULL)
     doc = json.loads(out.read_text(encoding="utf-8"))
     row = doc["results"][0]
@@ -189,6 +192,9 @@ def main():
     parser.add_argument("--gen", type=int, default=64)
     parser.add_argument("--shape", default="llama-1.1b")
     parser.add_argument("--batch8", action="store_true", help="also decode at batch 8")
+    parser.add_argument("--fast-bf16", choices=("auto", "on", "off"), default="auto",
+                        help="also run loom with bf16-rounded prefill activations (auto: where "
+                        "the CPU has bf16 arithmetic)")
     parser.add_argument("--llama-cpp-python", default="0.3.36", help="sdist version")
     parser.add_argument("--build", type=Path, default=ROOT / "build/cpu-release")
     parser.add_argument("--results", type=Path, default=ROOT / "bench/results/peers")
@@ -216,8 +222,14 @@ def main():
 
     cpu = cpu_facts()
     log(f"machine kind {cpu['kind']}: {cpu['model_name']}")
-    peaks = fma_peak(matmul_bench)
-    raw = {t: {"loom": [], "llama.cpp bf16": [], "llama.cpp f16": []} for t in threads}
+    all_peaks = compute_peaks(matmul_bench)
+    peaks = all_peaks["fma"]
+    # Where the CPU has bf16 arithmetic (AVX512-BF16, AMX), loom also runs with its prefill
+    # activations rounded to bf16 (--fast-bf16-matmul), as llama.cpp's BF16 path rounds them.
+    fast = cpu["kind"].endswith(("avx512-bf16", "amx")) if args.fast_bf16 == "auto" else (
+        args.fast_bf16 == "on")
+    raw = {t: {"loom": [], "loom fast-bf16": [], "llama.cpp bf16": [], "llama.cpp f16": []}
+           for t in threads}
     batch8 = {t: {"loom": [], "llama.cpp bf16": []} for t in threads} if args.batch8 else {}
     llama_build = None
     for r in range(args.rounds):
@@ -227,6 +239,9 @@ def main():
             for step in steps:
                 if step == "loom":
                     raw[t]["loom"].append(loom_round(loom_bench, ckpt, t, args, 1))
+                    if fast:
+                        raw[t]["loom fast-bf16"].append(
+                            loom_round(loom_bench, ckpt, t, args, 1, fast_bf16=True))
                     if args.batch8:
                         batch8[t]["loom"].append(loom_round(loom_bench, ckpt, t, args, 8))
                 else:
@@ -254,10 +269,19 @@ def main():
             "fma_peak_gflop_per_s": peaks.get(t, 0),
         }
         params_flops = 2 * layer_matmul_params(ckpt)
+        if raw[t]["loom fast-bf16"]:
+            s["loom_fast_bf16_prefill"] = summarize(
+                [x["prefill_tokens_per_s"] for x in raw[t]["loom fast-bf16"]])
+            s["bf16_dot_peak_gflop_per_s"] = all_peaks["bf16_dot"].get(t, 0)
         best_peer_prefill = max(s["llamacpp_bf16_prefill"]["best"], s["llamacpp_f16_prefill"]["best"])
+        best_loom_prefill = max(s["loom_prefill"]["best"],
+                                s.get("loom_fast_bf16_prefill", {}).get("best", 0))
         s["ratio_decode_vs_llamacpp_bf16"] = s["loom_decode"]["best"] / s["llamacpp_bf16_decode"]["best"]
-        s["ratio_prefill_vs_llamacpp_best_float"] = s["loom_prefill"]["best"] / best_peer_prefill
+        s["ratio_prefill_vs_llamacpp_best_float"] = best_loom_prefill / best_peer_prefill
         s["loom_decode_fraction_of_roofline"] = s["loom_decode"]["best"] / s["decode_roofline_tokens_per_s"]
+        if s.get("bf16_dot_peak_gflop_per_s"):
+            s["loom_fast_bf16_prefill_fraction_of_bf16_dot_peak"] = (
+                s["loom_fast_bf16_prefill"]["best"] * params_flops / 1e9 / s["bf16_dot_peak_gflop_per_s"])
         if peaks.get(t):
             s["loom_prefill_fraction_of_fma_peak"] = (
                 s["loom_prefill"]["best"] * params_flops / 1e9 / peaks[t])
@@ -286,6 +310,7 @@ def main():
                      "loom_weights": "bf16 safetensors", "llamacpp_weights": "BF16 and F16 GGUF "
                      "converted by llama.cpp's convert_hf_to_gguf.py"},
         "fma_peak_gflop_per_s": peaks,
+        "bf16_dot_peak_gflop_per_s": all_peaks["bf16_dot"],
         "summary": summary,
         "raw": {str(t): raw[t] for t in threads},
         "raw_batch8": {str(t): batch8[t] for t in batch8},
@@ -340,6 +365,17 @@ def markdown(doc):
             f"| {t} | {s['fma_peak_gflop_per_s']:.0f} GFLOP/s | "
             f"{100 * s.get('loom_prefill_fraction_of_fma_peak', 0):.0f} % | "
             f"{100 * s.get('llamacpp_best_prefill_fraction_of_fma_peak', 0):.0f} % | {met} |")
+    if any("loom_fast_bf16_prefill" in s for s in doc["summary"].values()):
+        lines += ["", "| threads | loom prefill, bf16-rounded activations | vdpbf16ps peak | "
+                  "fraction of that peak |", "|---:|---:|---:|---:|"]
+        for t, s in doc["summary"].items():
+            if "loom_fast_bf16_prefill" in s:
+                lines.append(
+                    f"| {t} | {cell(s['loom_fast_bf16_prefill'])} | "
+                    f"{s.get('bf16_dot_peak_gflop_per_s', 0):.0f} GFLOP/s | "
+                    f"{100 * s.get('loom_fast_bf16_prefill_fraction_of_bf16_dot_peak', 0):.0f} % |")
+        lines.append("")
+        lines.append("The prefill ratio above takes loom's better prefill of the two.")
     if st["batch8"]:
         lines += ["", "| threads | loom decode, batch 8 | llama.cpp BF16 decode, batch 8 |",
                   "|---:|---:|---:|"]

@@ -60,7 +60,9 @@ void Run(Isa isa, MatmulPath path, const GroupArgs& args, ThreadPool& pool) {
     case Isa::kAvx2:
       return gemv ? mi::GemvAvx2(args, pool) : mi::GemmAvx2(args, pool);
     case Isa::kAvx512:
-      return gemv ? mi::GemvAvx512(args, pool) : mi::GemmAvx512(args, pool);
+      if (gemv) return mi::GemvAvx512(args, pool);
+      return mi::GemmBf16DotAvx512Applies(args) ? mi::GemmBf16DotAvx512(args, pool)
+                                                 : mi::GemmAvx512(args, pool);
     case Isa::kAmx:
       if (gemv) return mi::GemvAvx512(args, pool);
       return AllBf16(args.projections) ? mi::GemmAmx(args, pool) : mi::GemmAvx512(args, pool);
@@ -76,8 +78,11 @@ size_t GemmWorkspaceBytes(Isa isa, int64_t m, int64_t k, int num_threads,
       return 0;
     case Isa::kAvx2:
       return mi::GemmAvx2WorkspaceBytes(m, k, num_threads);
-    case Isa::kAvx512:
-      return mi::GemmAvx512WorkspaceBytes(m, k, num_threads);
+    case Isa::kAvx512: {
+      const size_t fma = mi::GemmAvx512WorkspaceBytes(m, k, num_threads);
+      const size_t dot = mi::GemmBf16DotAvx512WorkspaceBytes(m, k, num_threads);
+      return fma > dot ? fma : dot;
+    }
     case Isa::kAmx: {
       // The dtype is not known here: enough for the tiles and for the AVX-512 fallback.
       const size_t amx = mi::GemmAmxWorkspaceBytes(m, k, num_threads, precision);

@@ -44,6 +44,13 @@ size_t GemmAvx512WorkspaceBytes(int64_t m, int64_t k, int num_threads);
 void GemmAmx(const GroupArgs& args, ThreadPool& pool);
 size_t GemmAmxWorkspaceBytes(int64_t m, int64_t k, int num_threads, MatmulPrecision precision);
 
+// The AVX512-BF16 GEMM (matmul_bf16dot_avx512.cc): vdpbf16ps on bf16 weights and bf16-rounded x.
+// It applies when the precision is kBf16 and every projection is bf16; its workspace never
+// exceeds GemmAvx512WorkspaceBytes' (it is checked against it).
+bool GemmBf16DotAvx512Applies(const GroupArgs& args);
+void GemmBf16DotAvx512(const GroupArgs& args, ThreadPool& pool);
+size_t GemmBf16DotAvx512WorkspaceBytes(int64_t m, int64_t k, int num_threads);
+
 // The AVX-512 dot-product kernel over weight rows [row_begin, row_end) of one projection on the
 // calling thread, no workspace; the AMX path hands it the rows its tiles do not cover.
 void GemmRowsAvx512(const MatmulInput& x, const MatmulProjection& projection, int64_t row_begin,

@@ -1,0 +1,205 @@
+// The AVX512-BF16 GEMM: bf16 weights times bf16-rounded activations with vdpbf16ps, for the
+// explicit MatmulPrecision::kBf16 (the AVX-512 level includes AVX512_BF16, cpu_features.h).
+//
+// vdpbf16ps multiplies 16 lanes of bf16 pairs and adds both products to an f32 accumulator: 32
+// multiply-adds per instruction where an f32 FMA does 16, and the weights need no widening: a
+// weight row's elements (k, k + 1) are one 32-bit word of the checkpoint, broadcast as it is.
+//
+// Math: y^T[j, i] = sum over pairs p of W[j, 2p] x[i, 2p] + W[j, 2p + 1] x[i, 2p + 1]. x is packed
+// once per call into panels of 32 tokens of bf16 pairs, xt[p][token] = (x[token, 2p],
+// x[token, 2p + 1]) (zero past m, and past k when k is odd); each thread copies a block of nc of
+// its weight rows × kc / 2 pairs into tile order (for each group of kNr rows: pair-major, the kNr
+// rows' words side by side) so a tile's broadcasts walk one contiguous run. Register tile: kNr
+// weight rows × 32 tokens = 2 * kNr accumulators. Products of two bf16 are exact in f32; sums run
+// in f32 in increasing pair order within a k block. The error is x's rounding to bf16 (relative
+// 2^-9 per element), as for the AMX path at this precision.
+//
+// Loop nest per thread and weight, as in matmul_panel_inl.h (whose workspace layout and write-out
+// it shares): m0 (mc tokens) > n0 (nc rows) > k0 (kc) > panel > kNr rows.
+#include "kernels/cpu/x86_intrinsics.h"
+
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/common/dtype.h"
+#include "kernels/cpu/matmul_internal.h"
+#include "kernels/cpu/matmul_panel_inl.h"
+
+namespace loom::cpu::matmul_internal {
+namespace {
+
+#if defined(LOOM_ISA_EMULATION)
+using Bf16Pairs = simde__m512bh;
+#else
+using Bf16Pairs = __m512bh;
+#endif
+
+// The same 64 bytes as 32 bf16 values, for vdpbf16ps.
+inline Bf16Pairs AsPairs(__m512i v) {
+  Bf16Pairs out;
+  static_assert(sizeof(out) == sizeof(v));
+  std::memcpy(&out, &v, sizeof(v));
+  return out;
+}
+
+constexpr int kNr = 12;
+constexpr int64_t kPanel = 32;
+// Tokens, k (elements, even) and weight rows per block: the x^T slice of a panel (kc / 2 pairs ×
+// 32 tokens × 4 bytes = 16 KiB) in L1, the tile-ordered block (nc × kc / 2 words = 48 KiB) and
+// the accumulator (nc × mc floats = 96 KiB) in L2. Not tuned on hardware yet.
+constexpr PanelBlocking kBlocking = {256, 256, 96};
+static_assert(kBlocking.kc % 2 == 0 && kBlocking.nc % kNr == 0 && kBlocking.mc % kPanel == 0);
+
+// Panel p of x^T as bf16 pairs: words[q * 32 + c] for pair q and token c.
+void PackPairsPanel(const MatmulInput& x, int64_t p, uint32_t* words) {
+  const int64_t pairs = (x.k + 1) / 2;
+  for (int64_t c = 0; c < kPanel; ++c) {
+    const int64_t i = p * kPanel + c;
+    if (i >= x.m) {
+      for (int64_t q = 0; q < pairs; ++q) words[q * kPanel + c] = 0;
+      continue;
+    }
+    const float* row = x.data + i * x.stride;
+    for (int64_t q = 0; q < pairs; ++q) {
+      const uint32_t lo = F32ToBf16(row[2 * q]);
+      const uint32_t hi = 2 * q + 1 < x.k ? F32ToBf16(row[2 * q + 1]) : 0u;
+      words[q * kPanel + c] = lo | (hi << 16);
+    }
+  }
+}
+
+// Rows [n0, n0 + rows) × pairs [q0, q0 + num_pairs) of a bf16 weight into tile order:
+// dst[(g * num_pairs + q) * kNr + r] = the pair (W[n0 + g kNr + r, 2(q0 + q)], ... + 1), zero for
+// rows past `rows` (up to a whole tile) and for the missing half of an odd k.
+void PackWeightBlock(const MatmulProjection& p, int64_t k, int64_t n0, int64_t rows, int64_t q0,
+                     int64_t num_pairs, uint32_t* dst) {
+  const auto* w = static_cast<const uint16_t*>(p.weight);
+  const int64_t groups = (rows + kNr - 1) / kNr;
+  const bool odd = k % 2 != 0;
+  const int64_t last_pair = (k + 1) / 2 - 1;
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int r = 0; r < kNr; ++r) {
+      const int64_t row = g * kNr + r;
+      uint32_t* out = dst + g * num_pairs * kNr + r;
+      if (row >= rows) {
+        for (int64_t q = 0; q < num_pairs; ++q) out[q * kNr] = 0;
+        continue;
+      }
+      const uint16_t* src = w + (n0 + row) * k + 2 * q0;
+      for (int64_t q = 0; q < num_pairs; ++q) {
+        uint32_t word;
+        if (odd && q0 + q == last_pair) {
+          word = src[2 * q];  // the row ends here: the high half stays zero
+        } else {
+          std::memcpy(&word, src + 2 * q, sizeof(word));
+        }
+        out[q * kNr] = word;
+      }
+    }
+  }
+}
+
+// The tile's sums over `num_pairs` pairs, stored to (first) or added to `acc_out` (stride ld).
+template <int kMv>
+void PairsTile(const uint32_t* xt, const uint32_t* w, int64_t num_pairs, float* acc_out,
+               int64_t ld, bool first) {
+  __m512 acc[kNr][kMv];
+#pragma GCC unroll 32
+  for (int r = 0; r < kNr; ++r) {
+#pragma GCC unroll 2
+    for (int v = 0; v < kMv; ++v) acc[r][v] = _mm512_setzero_ps();
+  }
+  for (int64_t q = 0; q < num_pairs; ++q) {
+    Bf16Pairs xv[kMv];
+#pragma GCC unroll 2
+    for (int v = 0; v < kMv; ++v) {
+      xv[v] = AsPairs(_mm512_loadu_si512(xt + q * kPanel + v * 16));
+    }
+    const uint32_t* wq = w + q * kNr;
+#pragma GCC unroll 32
+    for (int r = 0; r < kNr; ++r) {
+      const Bf16Pairs wv = AsPairs(_mm512_set1_epi32(static_cast<int>(wq[r])));
+#pragma GCC unroll 2
+      for (int v = 0; v < kMv; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], wv, xv[v]);
+    }
+  }
+#pragma GCC unroll 32
+  for (int r = 0; r < kNr; ++r) {
+#pragma GCC unroll 2
+    for (int v = 0; v < kMv; ++v) {
+      float* out = acc_out + r * ld + v * 16;
+      _mm512_storeu_ps(out, first ? acc[r][v] : _mm512_add_ps(acc[r][v], _mm512_loadu_ps(out)));
+    }
+  }
+}
+
+void PairsRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begin,
+               int64_t row_end, const uint32_t* x_panels, float* thread_buffer) {
+  const PanelBlocking& b = kBlocking;
+  const int64_t pairs = (x.k + 1) / 2;
+  const int64_t block_pairs = b.kc / 2;
+  auto* block = reinterpret_cast<uint32_t*>(thread_buffer);
+  float* acc = thread_buffer + b.nc * b.kc;
+  for (int64_t m0 = 0; m0 < x.m; m0 += b.mc) {
+    const int64_t m1 = MinOf(x.m, m0 + b.mc);
+    for (int64_t n0 = row_begin; n0 < row_end; n0 += b.nc) {
+      const int64_t rows = MinOf(b.nc, row_end - n0);
+      const int64_t groups = (rows + kNr - 1) / kNr;
+      for (int64_t q0 = 0; q0 < pairs; q0 += block_pairs) {
+        const int64_t num_pairs = MinOf(block_pairs, pairs - q0);
+        PackWeightBlock(p, x.k, n0, rows, q0, num_pairs, block);
+        for (int64_t i = m0; i < m1; i += kPanel) {
+          const uint32_t* xt = x_panels + (i / kPanel) * kPanel * pairs + q0 * kPanel;
+          for (int64_t g = 0; g < groups; ++g) {
+            float* acc_tile = acc + g * kNr * b.mc + (i - m0);
+            const uint32_t* w = block + g * num_pairs * kNr;
+            if (m1 - i > 16) {
+              PairsTile<2>(xt, w, num_pairs, acc_tile, b.mc, q0 == 0);
+            } else {
+              PairsTile<1>(xt, w, num_pairs, acc_tile, b.mc, q0 == 0);
+            }
+          }
+        }
+      }
+      WriteBlock(p, n0, rows, m0, m1, acc, b.mc);
+    }
+  }
+}
+
+}  // namespace
+
+bool GemmBf16DotAvx512Applies(const GroupArgs& args) {
+  if (args.precision != MatmulPrecision::kBf16) return false;
+  for (const MatmulProjection& p : args.projections) {
+    if (p.dtype != DType::kBF16) return false;
+  }
+  return true;
+}
+
+void GemmBf16DotAvx512(const GroupArgs& args, ThreadPool& pool) {
+  const PanelWorkspace ws = CarvePanelWorkspace(args.workspace, args.x.m, args.x.k, kPanel,
+                                                kBlocking);
+  auto* x_panels = reinterpret_cast<uint32_t*>(ws.x_panels);
+  const int64_t pairs = (args.x.k + 1) / 2;
+  pool.ParallelFor((args.x.m + kPanel - 1) / kPanel, [&](int64_t begin, int64_t end, int) {
+    for (int64_t p = begin; p < end; ++p) PackPairsPanel(args.x, p, x_panels + p * kPanel * pairs);
+  });
+  const int64_t num_units = CountRowUnits(args.projections, kNr);
+  pool.ParallelFor(num_units, [&](int64_t unit_begin, int64_t unit_end, int thread) {
+    float* buffer = ws.thread_buffers + thread * (ws.block_floats + ws.acc_floats);
+    ForEachRowRange(args.projections, kNr, unit_begin, unit_end,
+                    [&](const MatmulProjection& p, int64_t row_begin, int64_t row_end) {
+                      PairsRows(args.x, p, row_begin, row_end, x_panels, buffer);
+                    });
+  });
+}
+
+size_t GemmBf16DotAvx512WorkspaceBytes(int64_t m, int64_t k, int num_threads) {
+  // x^T as pairs takes at most the f32 panels' room; the tile-ordered block half the f32 block's.
+  return PanelWorkspaceBytes(m, k, num_threads, kPanel, kBlocking);
+}
+
+}  // namespace loom::cpu::matmul_internal
