@@ -1,0 +1,45 @@
+// Expert prefetch hints: what the scheduler's expert-cache policy tells the engine's expert
+// store to load ahead of need (shared/ARCHITECTURE.md §3, "expert prefetch hints").
+//
+// Plain data, no behaviour. An expert is named by (layer, expert): the index of the MoE layer
+// in decoder order and the index of the routed expert inside it, as the router numbers them. A
+// hint list is ordered most urgent first; the engine loads in that order, may drop hints it has
+// no room or bandwidth for (a dropped hint costs a later on-demand load, never a wrong result),
+// and always serves an on-demand load (an expert the running step needs) before any hint.
+#pragma once
+
+#include <compare>
+#include <cstdint>
+#include <ostream>
+#include <utility>
+#include <vector>
+
+namespace loom {
+
+// One routed expert of one MoE layer.
+struct ExpertKey {
+  int32_t layer = 0;
+  int32_t expert = 0;
+
+  friend auto operator<=>(const ExpertKey&, const ExpertKey&) = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const ExpertKey& key) {
+    return H::combine(std::move(h), key.layer, key.expert);
+  }
+  friend std::ostream& operator<<(std::ostream& os, const ExpertKey& key) {
+    return os << "L" << key.layer << "/E" << key.expert;
+  }
+};
+
+// Load `key` into the fast tier before it is needed. `urgency` > 0 orders hints (larger is
+// sooner); the scheduler's activation policy uses the expert's predicted use weighted by how
+// close its layer is to the one running (scheduler/experts/expert_predictor.h).
+struct ExpertPrefetchHint {
+  ExpertKey key;
+  double urgency = 0.0;
+};
+
+// What a step plan carries: hints, most urgent first, each key at most once.
+using ExpertPrefetchHints = std::vector<ExpertPrefetchHint>;
+
+}  // namespace loom
