@@ -75,7 +75,8 @@ ExpertPrefetchPlan ActivationPolicy::PlanPrefetch(int32_t max_loads) {
         plan.all_pinned = true;
         break;
       }
-      if (!(f->Priority(*victim) < c.priority)) break;
+      // Not Priority: see the header (a far expert of a layer just run is likely, not useless).
+      if (!(f->probability(*victim) < f->probability(c.key))) break;
       Evict(*victim);
       plan.evictions.push_back(*victim);
     }

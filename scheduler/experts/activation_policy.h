@@ -10,10 +10,15 @@
 // distance 1 .. prefetch_lookahead_layers whose probability is at least
 // min_prefetch_probability, most urgent (highest Priority) first, ties by nearer layer, then key.
 // Each is loaded into a free slot, or else in place of the eviction victim above — but only when
-// the victim's Priority is strictly lower than the candidate's, so a prefetch never pushes out
-// something predicted to be more useful (and never one this plan just loaded). Planning stops at
-// `max_loads` loads or at the first candidate no slot can take; the candidates from there on (up
-// to `max_loads` in all) are counted as dropped. Hint urgency is the candidate's Priority.
+// the victim's probability of use is strictly lower than the candidate's. Layer distance orders
+// the work; it does not justify trading one likely expert for another: when the cache is smaller
+// than a request's working set, every expert of a layer just run is far away (distance L - 1) and
+// so has a low Priority, and evicting it for a nearer but no likelier candidate only moves the
+// miss to the next token and costs a load (MoE-Infinity compares Priority here; on the simulator's
+// Mixtral-shaped traces at 25 % residency that issued about twice the loads of demand paging,
+// bench/results/expert_cache_sim.md). Planning stops at `max_loads` loads or at the first
+// candidate no slot can take; the candidates from there on (up to `max_loads` in all) are counted
+// as dropped. Hint urgency is the candidate's Priority.
 #pragma once
 
 #include <memory>

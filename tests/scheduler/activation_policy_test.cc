@@ -133,6 +133,23 @@ TEST(ActivationPolicyTest, PrefetchEvictsOnlyWhatIsPredictedLessUseful) {
   EXPECT_EQ(p->num_prefetched_unused(), 3);
 }
 
+TEST(ActivationPolicyTest, PrefetchDoesNotTradeALikelyFarExpertForALessLikelyNearOne) {
+  std::unique_ptr<ExpertCachePolicy> p = Activation(1);
+  ASSERT_TRUE(p->Access({1, 0}).ok());
+  // Current layer 2: (1, 0) ran just before and is 7 layers away (Priority 0.9 * 2/9 = 0.2), but
+  // its next token will use it with probability 0.9; (3, 0), next, only with 0.5 (Priority 0.44).
+  ASSERT_TRUE(p->SetForecast(Forecast(2, {{{1, 0}, 0.9}, {{3, 0}, 0.5}})).ok());
+  ExpertPrefetchPlan plan = p->PlanPrefetch(2);
+  EXPECT_TRUE(plan.loads.empty());
+  EXPECT_EQ(plan.num_dropped, 1);
+  EXPECT_TRUE(p->IsResident({1, 0}));
+  // A likelier candidate does replace it.
+  ASSERT_TRUE(p->SetForecast(Forecast(2, {{{1, 0}, 0.9}, {{3, 0}, 0.95}})).ok());
+  plan = p->PlanPrefetch(2);
+  ASSERT_EQ(plan.loads.size(), 1u);
+  EXPECT_EQ(plan.evictions, (std::vector<ExpertKey>{{1, 0}}));
+}
+
 TEST(ActivationPolicyTest, PrefetchSaysSoWhenEverySlotIsPinned) {
   std::unique_ptr<ExpertCachePolicy> p = Activation(2);
   for (ExpertKey key : {ExpertKey{0, 0}, ExpertKey{0, 1}}) {
