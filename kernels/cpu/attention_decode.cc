@@ -113,10 +113,13 @@ size_t DecodeScratchFloats(const PagedAttentionArgs& args) {
   const size_t padded_block = (args.cache.block_size + 15) / 16 * 16;
   // q (scaled), q folded with per-channel K scales (a tile of 4 heads), scores, accumulators,
   // per-head running max / sum / zero term / correction / constant / sum of q, per-block scales
-  // and zeros (K per channel: head_dim each; per token: block_size; V: block_size).
+  // and zeros (K per channel: head_dim each; per token: block_size; V: block_size); the integer
+  // path's q scales and offsets (2 x group), weight scales (4), V sums (4 x head_dim int32), q
+  // images (group x (2 head_dim + 128) bytes) and uint8 weights (4 x padded block bytes).
   const size_t floats = group * head_dim + 4 * head_dim + group * padded_block +
                         group * head_dim + 6 * group + 2 * std::max(head_dim, padded_block) +
-                        2 * padded_block;
+                        2 * padded_block + 2 * group + 4 + 4 * head_dim +
+                        group * (2 * head_dim + 128) / 4 + padded_block;
   return (floats + 15) / 16 * 16;
 }
 

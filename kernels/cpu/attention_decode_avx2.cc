@@ -1,6 +1,7 @@
 // Decode attention item kernel compiled for AVX2 + FMA + F16C (8 lanes).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "kernels/cpu/attention_decode.h"
 #include "kernels/cpu/simd_avx2.h"

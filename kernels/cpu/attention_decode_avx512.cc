@@ -1,6 +1,8 @@
-// Decode attention item kernel compiled for AVX-512 (16 lanes).
+// Decode attention item kernel compiled for AVX-512 (16 lanes; the integer dot products of
+// packed blocks use the same 256-bit code as the AVX2 build).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "kernels/cpu/attention_decode.h"
 
