@@ -185,6 +185,25 @@ absl::StatusOr<ModelConfig> ParseDecoderConfig(const Json& config,
   return m;
 }
 
+absl::Status ParseSlidingWindowAllLayers(const Json& config, int64_t default_window,
+                                         ModelConfig& model) {
+  int64_t window = default_window;
+  if (std::optional<Json> node = config.Find("sliding_window")) {
+    if (node->IsNull()) {
+      window = 0;
+    } else {
+      LOOM_ASSIGN_OR_RETURN(window, node->AsInt());
+      if (window <= 0) {
+        return Invalid(StrCat("sliding_window must be positive or null, got ", window));
+      }
+    }
+  }
+  // A window at least as long as the context never cuts anything off.
+  if (window >= model.max_position_embeddings) window = 0;
+  model.layer_sliding_window.assign(model.num_layers, static_cast<int32_t>(window));
+  return absl::OkStatus();
+}
+
 absl::Status ParseQwenSlidingWindow(const Json& config, ModelConfig& model) {
   LOOM_ASSIGN_OR_RETURN(const bool enabled, config.GetBool("use_sliding_window", false));
   if (!enabled) return absl::OkStatus();

@@ -112,6 +112,11 @@ struct DecoderDefaults {
 // and checks their consistency. Architecture-specific keys are the caller's.
 absl::StatusOr<ModelConfig> ParseDecoderConfig(const Json& config, const DecoderDefaults& defaults);
 
+// Mistral-style windows: `sliding_window` (null: none; absent: `default_window`, 0 for none)
+// applies to every layer; a window at least max_position_embeddings long is no window.
+absl::Status ParseSlidingWindowAllLayers(const Json& config, int64_t default_window,
+                                         ModelConfig& model);
+
 // Qwen2/Qwen3-style per-layer windows: when `use_sliding_window` is true, layers named
 // "sliding_attention" in `layer_types` (or, without that list, layers >= max_window_layers) use
 // a window of `sliding_window` keys; otherwise every layer attends fully.
