@@ -23,6 +23,11 @@ struct ModelInfo {
   int32_t num_heads = 0;
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
+  // Mixture-of-experts models: experts per sparse layer and experts each token uses (0 for
+  // dense models), and which layers are sparse (num_layers entries; empty for dense models).
+  int32_t num_experts = 0;
+  int32_t num_experts_per_tok = 0;
+  std::vector<bool> sparse_layers;
   // From config.json / generation_config.json; empty when unknown.
   std::vector<TokenId> eos_token_ids;
   TokenId bos_token_id{-1};

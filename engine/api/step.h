@@ -106,6 +106,9 @@ struct StepPlan {
   std::vector<KvExport> kv_exports;
   std::vector<NewSequencePlan> new_sequences;
   std::vector<ContinuingSequencePlan> continuing;
+  // Mixture-of-experts models: report which experts each layer routed each sequence's tokens
+  // to (SequenceOutput::expert_counts). Off, nothing is counted; ignored by dense models.
+  bool report_expert_routing = false;
 };
 
 // A token with its log-probability (natural log, from the raw model distribution).
@@ -136,6 +139,11 @@ struct SequenceOutput {
   std::vector<PositionLogprobs> prompt_logprobs;
   // Index of the first prompt position in prompt_logprobs.
   int32_t prompt_logprobs_start = 0;
+  // Present when StepPlan::report_expert_routing and the model is a mixture of experts: for
+  // the tokens the sequence computed in this step, how many each layer routed to each expert,
+  // row-major [num_layers, num_experts] (ModelInfo). Every token counts once for each of its
+  // num_experts_per_tok experts in every sparse layer; rows of dense layers are zero.
+  std::vector<int32_t> expert_counts;
 
   bool has_token() const { return token_id.value() >= 0; }
 };

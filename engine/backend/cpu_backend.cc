@@ -7,6 +7,7 @@
 #include "engine/common/strings.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/moe.h"
 
 namespace loom {
 
@@ -89,6 +90,23 @@ void CpuOps::WriteKv(const KvWriteArgs& args) { cpu::WriteKv(pool_, args); }
 void CpuOps::PagedAttention(const PagedAttentionArgs& args) {
   const size_t bytes = cpu::PagedAttentionWorkspaceBytes(args, pool_.num_threads());
   cpu::PagedAttention(pool_, args, Workspace(bytes));
+}
+
+void CpuOps::MoeRoute(const MoeRouteArgs& args) { cpu::MoeRoute(pool_, args); }
+
+void CpuOps::GatherRows(const float* x, int64_t x_stride, const int32_t* rows, int32_t num_rows,
+                        int32_t dim, float* out) {
+  cpu::GatherRows(pool_, x, x_stride, rows, num_rows, dim, out);
+}
+
+void CpuOps::MoeInitOutput(const float* shared, const float* gate_logits, int32_t num_tokens,
+                           int32_t dim, float* out) {
+  cpu::MoeInitOutput(pool_, shared, gate_logits, num_tokens, dim, out);
+}
+
+void CpuOps::MoeScatterAdd(const float* rows, int32_t num_rows, int32_t dim,
+                           const int32_t* tokens, const float* weights, float* out) {
+  cpu::MoeScatterAdd(pool_, rows, num_rows, dim, tokens, weights, out);
 }
 
 CpuBackend::CpuBackend(const BackendOptions& options)

@@ -41,6 +41,14 @@ class CpuOps final : public Ops {
                float* out) override;
   void WriteKv(const KvWriteArgs& args) override;
   void PagedAttention(const PagedAttentionArgs& args) override;
+  bool SupportsMoe() const override { return true; }
+  void MoeRoute(const MoeRouteArgs& args) override;
+  void GatherRows(const float* x, int64_t x_stride, const int32_t* rows, int32_t num_rows,
+                  int32_t dim, float* out) override;
+  void MoeInitOutput(const float* shared, const float* gate_logits, int32_t num_tokens,
+                     int32_t dim, float* out) override;
+  void MoeScatterAdd(const float* rows, int32_t num_rows, int32_t dim, const int32_t* tokens,
+                     const float* weights, float* out) override;
 
  private:
   // Scratch for matmul and attention, grown on demand (only while the largest step shape is

@@ -14,6 +14,7 @@
 #include "engine/backend/kv_format_check.h"
 #include "kernels/common/attention_args.h"
 #include "kernels/common/dtype.h"
+#include "kernels/common/moe_args.h"
 
 namespace loom {
 
@@ -109,6 +110,33 @@ class Ops {
 
   virtual void WriteKv(const KvWriteArgs& args) = 0;
   virtual void PagedAttention(const PagedAttentionArgs& args) = 0;
+
+  // ---- Mixture-of-experts layers (kernels/common/moe_args.h; engine/layers/moe_block.h) ----
+  // A backend that does not run them keeps these defaults: SupportsMoe() false, which makes the
+  // loader refuse MoE models with Unimplemented, and op bodies that abort if reached anyway.
+
+  // Whether the three ops below run here. True also promises that MoeRoute's outputs are
+  // readable by the host when it returns: the MoE block sizes each expert's matmul from
+  // expert_offsets (the CPU backend's memory is host memory).
+  virtual bool SupportsMoe() const { return false; }
+
+  // Softmax over each token's router logits, its top_k experts (renormalized when asked), and
+  // the grouping of the (token, slot) pairs by expert.
+  virtual void MoeRoute(const MoeRouteArgs& args);
+
+  // out[r, :] = x[rows[r], :], out: [num_rows, dim] contiguous.
+  virtual void GatherRows(const float* x, int64_t x_stride, const int32_t* rows,
+                          int32_t num_rows, int32_t dim, float* out);
+
+  // out[t, :] = sigmoid(gate_logits[t]) * shared[t, :], or 0 without a shared expert
+  // (shared == nullptr); [num_tokens, dim] contiguous, out may alias shared.
+  virtual void MoeInitOutput(const float* shared, const float* gate_logits, int32_t num_tokens,
+                             int32_t dim, float* out);
+
+  // out[tokens[r], :] += weights[r] * rows[r, :]: one expert's weighted output rows, whose
+  // tokens are distinct. rows: [num_rows, dim]; out: [num_tokens, dim], contiguous.
+  virtual void MoeScatterAdd(const float* rows, int32_t num_rows, int32_t dim,
+                             const int32_t* tokens, const float* weights, float* out);
 };
 
 }  // namespace loom

@@ -35,5 +35,8 @@ absl::StatusOr<ModelConfig> ParseLlamaConfig(const Json& config);
 absl::StatusOr<ModelConfig> ParseMistralConfig(const Json& config);
 absl::StatusOr<ModelConfig> ParseQwen2Config(const Json& config);
 absl::StatusOr<ModelConfig> ParseQwen3Config(const Json& config);
+absl::StatusOr<ModelConfig> ParseMixtralConfig(const Json& config);
+absl::StatusOr<ModelConfig> ParseQwen2MoeConfig(const Json& config);
+absl::StatusOr<ModelConfig> ParseQwen3MoeConfig(const Json& config);
 
 }  // namespace loom

@@ -1,9 +1,12 @@
 #include "engine/models/decoder_model.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "engine/common/logging.h"
 #include "engine/common/status.h"
+#include "engine/common/strings.h"
+#include "engine/experts/resident_experts.h"
 
 namespace loom {
 
@@ -12,9 +15,18 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Create(const ModelCo
                                                                    Backend& backend,
                                                                    int32_t max_num_tokens,
                                                                    int32_t max_logit_rows) {
+  if (config.is_moe() && !backend.ops().SupportsMoe()) {
+    return absl::UnimplementedError(StrCat("the ", backend.name(),
+                                           " backend does not run mixture-of-experts models (",
+                                           config.architecture, ")"));
+  }
   std::unique_ptr<DecoderModel> model(
       new DecoderModel(config, std::move(weights), backend, max_num_tokens, max_logit_rows));
   LOOM_RETURN_IF_ERROR(model->Allocate());
+  if (config.is_moe()) {
+    model->experts_ = std::make_unique<ResidentExpertProvider>(model->weights_.experts,
+                                                               config.moe.num_experts);
+  }
   return model;
 }
 
@@ -30,24 +42,54 @@ absl::Status DecoderModel::Allocate() {
   const int64_t t = max_num_tokens_;
   const int64_t r = max_logit_rows_;
   const ModelConfig& c = config_;
-  // Every buffer starts on a 64-byte boundary.
+  const MoeConfig& moe = c.moe;
+  // The dense MLP, the experts and the shared expert share the gate/up scratch.
+  const int64_t inter = std::max({int64_t{c.intermediate_size},
+                                  int64_t{moe.expert_intermediate_size},
+                                  int64_t{moe.shared_expert_intermediate_size}});
+  const int64_t experts = moe.num_experts;
+  const int64_t pairs = t * moe.num_experts_per_tok;
+  // Every buffer starts on a 64-byte boundary; the int32 ones are counted in 4-byte floats.
   auto padded = [](int64_t floats) { return (floats + 15) / 16 * 16; };
-  const std::vector<int64_t> sizes = {
-      padded(t * c.hidden_size),       padded(t * c.hidden_size),       padded(t * c.hidden_size),
-      padded(t * c.q_dim()),           padded(t * c.kv_dim()),          padded(t * c.kv_dim()),
-      padded(t * c.q_dim()),           padded(t * c.intermediate_size), padded(t * c.intermediate_size),
-      padded(r * c.hidden_size),       padded(r * c.vocab_size)};
+  struct Slot {
+    int64_t floats;
+    float** at;
+  };
+  std::vector<Slot> slots = {
+      {t * c.hidden_size, &residual_},     {t * c.hidden_size, &normed_},
+      {t * c.hidden_size, &delta_},        {t * c.q_dim(), &scratch_.q},
+      {t * c.kv_dim(), &scratch_.k},       {t * c.kv_dim(), &scratch_.v},
+      {t * c.q_dim(), &scratch_.attn},     {t * inter, &scratch_.gate},
+      {t * inter, &scratch_.up},           {r * c.hidden_size, &logits_in_},
+      {r * c.vocab_size, &logits_}};
+  float* routes = nullptr;
+  float* expert_offsets = nullptr;
+  float* grouped_tokens = nullptr;
+  if (c.is_moe()) {
+    MoeScratch& m = moe_scratch_;
+    slots.insert(slots.end(),
+                 {{int64_t{c.num_layers} * pairs, &routes},
+                  {t * experts, &m.router_logits},
+                  {pairs, &m.expert_weights},
+                  {experts + 1, &expert_offsets},
+                  {pairs, &grouped_tokens},
+                  {pairs, &m.grouped_weights},
+                  {t * c.hidden_size, &m.gathered},
+                  {t * c.hidden_size, &m.expert_out},
+                  {t, &m.shared_gate_logits}});
+  }
   int64_t total = 0;
-  for (int64_t size : sizes) total += size;
+  for (const Slot& slot : slots) total += padded(slot.floats);
   LOOM_ASSIGN_OR_RETURN(buffer_, backend_.Allocate(total * static_cast<int64_t>(sizeof(float))));
   float* next = buffer_.as<float>();
-  float** slots[] = {&residual_,     &normed_,   &delta_,         &scratch_.q,
-                     &scratch_.k,    &scratch_.v, &scratch_.attn, &scratch_.gate,
-                     &scratch_.up,   &logits_in_, &logits_};
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    *slots[i] = next;
-    next += sizes[i];
+  for (const Slot& slot : slots) {
+    *slot.at = next;
+    next += padded(slot.floats);
   }
+  static_assert(sizeof(int32_t) == sizeof(float));
+  routes_ = reinterpret_cast<int32_t*>(routes);
+  moe_scratch_.expert_offsets = reinterpret_cast<int32_t*>(expert_offsets);
+  moe_scratch_.grouped_tokens = reinterpret_cast<int32_t*>(grouped_tokens);
   return absl::OkStatus();
 }
 
@@ -55,14 +97,23 @@ absl::Status DecoderModel::Forward(const StepBatch& batch, KvPool& kv, int64_t g
   LOOM_CHECK(batch.num_tokens > 0 && batch.num_tokens <= max_num_tokens_, "step of ",
              batch.num_tokens, " tokens, at most ", max_num_tokens_);
   num_tokens_ = batch.num_tokens;
+  absl::Status status;
   if (graph_key < 0) {
-    EnqueueForward(batch, kv);
-    return absl::OkStatus();
+    status = EnqueueForward(batch, kv);
+  } else {
+    LOOM_RETURN_IF_ERROR(
+        backend_.RunGraph(graph_key, [&] { status = EnqueueForward(batch, kv); }));
   }
-  return backend_.RunGraph(graph_key, [&] { EnqueueForward(batch, kv); });
+  if (experts_ != nullptr) experts_->EndStep();
+  return status;
 }
 
-void DecoderModel::EnqueueForward(const StepBatch& batch, KvPool& kv) {
+const int32_t* DecoderModel::RoutedExperts(int32_t layer) const {
+  if (!config_.IsSparseLayer(layer)) return nullptr;
+  return routes_ + int64_t{layer} * max_num_tokens_ * config_.moe.num_experts_per_tok;
+}
+
+absl::Status DecoderModel::EnqueueForward(const StepBatch& batch, KvPool& kv) {
   Ops& ops = backend_.ops();
   const ModelConfig& c = config_;
   const int32_t tokens = batch.num_tokens;
@@ -79,9 +130,16 @@ void DecoderModel::EnqueueForward(const StepBatch& batch, KvPool& kv) {
     AttentionBlock(ops, c, w, l, batch, kv.Layer(l), normed_, scratch_, delta_);
     ops.AddRmsNorm(residual_, delta_, tokens, c.hidden_size, w.post_attention_norm,
                    c.rms_norm_eps, normed_);
-    MlpBlock(ops, c, w, tokens, normed_, scratch_, delta_);
+    if (c.IsSparseLayer(l)) {
+      int32_t* routes = routes_ + int64_t{l} * max_num_tokens_ * c.moe.num_experts_per_tok;
+      LOOM_RETURN_IF_ERROR(MoeBlock(ops, c, w.moe, l, *experts_, tokens, normed_, scratch_,
+                                    moe_scratch_, routes, delta_));
+    } else {
+      MlpBlock(ops, c, w, tokens, normed_, scratch_, delta_);
+    }
   }
   ops.Add(residual_, delta_, int64_t{tokens} * c.hidden_size);
+  return absl::OkStatus();
 }
 
 const float* DecoderModel::Logits(std::span<const int32_t> rows) {

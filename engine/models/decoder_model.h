@@ -3,8 +3,13 @@
 //
 //   residual = embed(tokens)
 //   per layer: normed = norm(residual (+= previous delta)); delta = attention(normed)
-//              normed = norm(residual += delta);             delta = mlp(normed)
+//              normed = norm(residual += delta);             delta = ffn(normed)
 //   hidden = residual + delta;  logits(row) = lm_head(final_norm(hidden[row]))
+//
+// The feed-forward block of each layer is a variant: the dense MlpBlock, or for the sparse layers
+// of a mixture-of-experts model the MoeBlock, whose experts come from an ExpertProvider (the
+// all-resident one over the bound weights). Each sparse layer's routing (the experts chosen for
+// each token row) is kept until the next Forward, for the step's routing counts.
 //
 // Activation buffers are allocated once, for the largest step (max_num_tokens) and the largest
 // number of logit rows produced at once (max_logit_rows). Thread safety: one caller (the engine
@@ -17,8 +22,10 @@
 
 #include "absl/status/statusor.h"
 #include "engine/backend/backend.h"
+#include "engine/experts/expert_provider.h"
 #include "engine/kv/kv_pool.h"
 #include "engine/layers/decoder_layer.h"
+#include "engine/layers/moe_block.h"
 #include "engine/layers/step_batch.h"
 #include "engine/models/decoder_weights.h"
 #include "engine/models/model_config.h"
@@ -41,9 +48,14 @@ class DecoderModel {
   // final hidden state of every token for Logits. batch.num_tokens <= max_num_tokens. With
   // graph_key >= 0 the work goes through Backend::RunGraph under that key: the caller promises
   // that every batch it passes with one key has the same shape and device pointers. Returns
-  // the capture or launch error of a graph; the ops' own errors come from the backend's
-  // Synchronize.
+  // the capture or launch error of a graph, or the expert provider's error; the ops' own
+  // errors come from the backend's Synchronize.
   absl::Status Forward(const StepBatch& batch, KvPool& kv, int64_t graph_key = -1);
+
+  // The experts sparse layer `layer` chose for each token row of the last Forward, in the
+  // backend's memory: [num_tokens, num_experts_per_tok], most probable first. Null for a dense
+  // layer or a dense model.
+  const int32_t* RoutedExperts(int32_t layer) const;
 
   // Logits of the given hidden rows of the last Forward, in the backend's memory:
   // [rows.size(), vocab]. rows.size() <= max_logit_rows. Valid until the next call.
@@ -53,7 +65,7 @@ class DecoderModel {
   DecoderModel(const ModelConfig& config, DecoderWeights weights, Backend& backend,
                int32_t max_num_tokens, int32_t max_logit_rows);
   absl::Status Allocate();
-  void EnqueueForward(const StepBatch& batch, KvPool& kv);
+  absl::Status EnqueueForward(const StepBatch& batch, KvPool& kv);
 
   ModelConfig config_;
   DecoderWeights weights_;
@@ -65,6 +77,10 @@ class DecoderModel {
   float* normed_ = nullptr;
   float* delta_ = nullptr;
   LayerScratch scratch_;
+  // Mixture-of-experts models only.
+  std::unique_ptr<ExpertProvider> experts_;
+  MoeScratch moe_scratch_;
+  int32_t* routes_ = nullptr;  // [num_layers, max_num_tokens, num_experts_per_tok]
   float* logits_in_ = nullptr;  // [max_logit_rows, hidden]
   float* logits_ = nullptr;     // [max_logit_rows, vocab]
   int32_t num_tokens_ = 0;      // of the last Forward

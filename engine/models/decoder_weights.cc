@@ -63,7 +63,7 @@ class Binder {
 
 }  // namespace
 
-std::vector<ExpectedTensor> ExpectedDecoderTensors(const ModelConfig& c) {
+std::vector<ExpectedTensor> ExpectedDecoderTensors(const ModelConfig& c, ExpertLayout layout) {
   const Shapes s = ShapesOf(c);
   std::vector<ExpectedTensor> out;
   out.push_back({"model.embed_tokens.weight", {s.vocab, s.hidden}, true, /*quantized_ok=*/true});
@@ -78,6 +78,10 @@ std::vector<ExpectedTensor> ExpectedDecoderTensors(const ModelConfig& c) {
       out.push_back({LayerName(i, "self_attn.k_norm.weight"), {s.head_dim}, true});
     }
     out.push_back({LayerName(i, "post_attention_layernorm.weight"), {s.hidden}, true});
+    if (c.IsSparseLayer(i)) {
+      ExpectMoeLayerTensors(c, i, layout, out);
+      continue;
+    }
     ExpectLinear(out, LayerName(i, "mlp.gate_proj"), s.intermediate, s.hidden, c.mlp_bias);
     ExpectLinear(out, LayerName(i, "mlp.up_proj"), s.intermediate, s.hidden, c.mlp_bias);
     ExpectLinear(out, LayerName(i, "mlp.down_proj"), s.hidden, s.intermediate, c.mlp_bias);
@@ -92,7 +96,8 @@ std::vector<ExpectedTensor> ExpectedDecoderTensors(const ModelConfig& c) {
 absl::StatusOr<DecoderWeights> BindDecoderWeights(const ModelConfig& c,
                                                   const Checkpoint& checkpoint,
                                                   std::vector<std::string>* unexpected) {
-  const std::vector<ExpectedTensor> expected = ExpectedDecoderTensors(c);
+  const ExpertLayout layout = DetectExpertLayout(c, checkpoint);
+  const std::vector<ExpectedTensor> expected = ExpectedDecoderTensors(c, layout);
   LOOM_ASSIGN_OR_RETURN(std::vector<std::string> extra, ValidateCheckpoint(checkpoint, expected));
   if (unexpected != nullptr) *unexpected = std::move(extra);
 
@@ -100,6 +105,7 @@ absl::StatusOr<DecoderWeights> BindDecoderWeights(const ModelConfig& c,
   Binder bind(checkpoint, w);
   w.embed_tokens = bind.Tensor("model.embed_tokens.weight");
   w.layers.resize(c.num_layers);
+  if (c.is_moe()) w.experts.resize(size_t(c.num_layers) * c.moe.num_experts);
   for (int32_t i = 0; i < c.num_layers; ++i) {
     DecoderLayerWeights& l = w.layers[i];
     l.input_norm = bind.Tensor(LayerName(i, "input_layernorm.weight"));
@@ -112,6 +118,12 @@ absl::StatusOr<DecoderWeights> BindDecoderWeights(const ModelConfig& c,
       l.k_norm = bind.Tensor(LayerName(i, "self_attn.k_norm.weight"));
     }
     l.post_attention_norm = bind.Tensor(LayerName(i, "post_attention_layernorm.weight"));
+    if (c.IsSparseLayer(i)) {
+      const size_t first = size_t(i) * c.moe.num_experts;
+      BindMoeLayer(c, i, layout, checkpoint, l.moe,
+                   std::span(w.experts).subspan(first, c.moe.num_experts));
+      continue;
+    }
     l.gate_proj = bind.Linear(LayerName(i, "mlp.gate_proj"), c.mlp_bias);
     l.up_proj = bind.Linear(LayerName(i, "mlp.up_proj"), c.mlp_bias);
     l.down_proj = bind.Linear(LayerName(i, "mlp.down_proj"), c.mlp_bias);
@@ -157,9 +169,16 @@ absl::Status CheckWeightFormats(const DecoderWeights& weights, const Ops& ops,
   LOOM_RETURN_IF_ERROR(check(weights.embed_tokens, "embedding"));
   LOOM_RETURN_IF_ERROR(check(weights.lm_head.weight, "LM head"));
   for (const DecoderLayerWeights& l : weights.layers) {
-    for (const LinearWeight* linear : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj,
-                                       &l.up_proj, &l.down_proj}) {
+    for (const LinearWeight* linear :
+         {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj,
+          &l.moe.router, &l.moe.shared_gate_proj, &l.moe.shared_up_proj, &l.moe.shared_down_proj,
+          &l.moe.shared_expert_gate}) {
       LOOM_RETURN_IF_ERROR(check(linear->weight, "linear"));
+    }
+  }
+  for (const ExpertWeights& e : weights.experts) {
+    for (const LinearWeight* linear : {&e.gate, &e.up, &e.down}) {
+      LOOM_RETURN_IF_ERROR(check(linear->weight, "expert"));
     }
   }
   return absl::OkStatus();
@@ -171,13 +190,21 @@ absl::StatusOr<int64_t> MoveDecoderWeightsTo(Backend& backend, DecoderWeights& w
   CollectView(weights.embed_tokens, tensors);
   for (DecoderLayerWeights& layer : weights.layers) {
     CollectView(layer.input_norm, tensors);
-    for (LinearWeight* linear : {&layer.q_proj, &layer.k_proj, &layer.v_proj, &layer.o_proj,
-                                 &layer.gate_proj, &layer.up_proj, &layer.down_proj}) {
+    MoeLayerWeights& moe = layer.moe;
+    for (LinearWeight* linear :
+         {&layer.q_proj, &layer.k_proj, &layer.v_proj, &layer.o_proj, &layer.gate_proj,
+          &layer.up_proj, &layer.down_proj, &moe.router, &moe.shared_gate_proj,
+          &moe.shared_up_proj, &moe.shared_down_proj, &moe.shared_expert_gate}) {
       CollectLinear(*linear, tensors);
     }
     CollectView(layer.q_norm, tensors);
     CollectView(layer.k_norm, tensors);
     CollectView(layer.post_attention_norm, tensors);
+  }
+  for (ExpertWeights& expert : weights.experts) {
+    for (LinearWeight* linear : {&expert.gate, &expert.up, &expert.down}) {
+      CollectLinear(*linear, tensors);
+    }
   }
   CollectView(weights.final_norm, tensors);
   CollectLinear(weights.lm_head, tensors);

@@ -4,7 +4,9 @@
 // model.layers.{i}.self_attn.{q,k,v,o}_proj.{weight,bias}, model.layers.{i}.self_attn.
 // {q,k}_norm.weight (Qwen3), model.layers.{i}.post_attention_layernorm.weight,
 // model.layers.{i}.mlp.{gate,up,down}_proj.{weight,bias}, model.norm.weight, lm_head.weight
-// (absent when tie_word_embeddings, which reuses the embedding).
+// (absent when tie_word_embeddings, which reuses the embedding). Sparse layers of a
+// mixture-of-experts model have a router, experts and an optional shared expert instead of the
+// mlp projections (engine/models/moe_weights.h, in either of its two layouts).
 //
 // Matrices are used in place from the checkpoint's mapping in their stored dtype; biases (small)
 // are converted to f32 copies owned here. The Checkpoint must outlive the DecoderWeights.
@@ -18,7 +20,9 @@
 #include "absl/status/statusor.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/ops.h"
+#include "engine/experts/expert_provider.h"
 #include "engine/models/model_config.h"
+#include "engine/models/moe_weights.h"
 #include "engine/weights/checkpoint.h"
 #include "engine/weights/weight_spec.h"
 
@@ -29,7 +33,8 @@ struct DecoderLayerWeights {
   LinearWeight q_proj, k_proj, v_proj, o_proj;
   WeightView q_norm, k_norm;  // qk_norm only
   WeightView post_attention_norm;
-  LinearWeight gate_proj, up_proj, down_proj;
+  LinearWeight gate_proj, up_proj, down_proj;  // dense layers
+  MoeLayerWeights moe;                          // sparse layers
 };
 
 struct DecoderWeights {
@@ -37,16 +42,22 @@ struct DecoderWeights {
   std::vector<DecoderLayerWeights> layers;
   WeightView final_norm;
   LinearWeight lm_head;  // the embedding when tied
+  // Mixture-of-experts models: expert e of layer l at [l * num_experts + e]; the entries of
+  // dense layers are empty. The forward pass reaches them only through an ExpertProvider.
+  std::vector<ExpertWeights> experts;
   // f32 copies of the bias tensors that LinearWeight::bias points into.
   std::vector<std::unique_ptr<float[]>> bias_storage;
   // Set by MoveDecoderWeightsTo: the backend memory every pointer above then points into.
   DeviceBuffer device_storage;
 };
 
-// What an architecture expects to find in its checkpoint, with exact shapes.
-std::vector<ExpectedTensor> ExpectedDecoderTensors(const ModelConfig& config);
+// What an architecture expects to find in its checkpoint, with exact shapes (the experts of a
+// mixture-of-experts model in `layout`).
+std::vector<ExpectedTensor> ExpectedDecoderTensors(
+    const ModelConfig& config, ExpertLayout layout = ExpertLayout::kPerExpert);
 
-// Validates `checkpoint` against ExpectedDecoderTensors and binds every tensor. Tensors the
+// Validates `checkpoint` against ExpectedDecoderTensors (experts in the layout the checkpoint
+// has, DetectExpertLayout) and binds every tensor. Tensors the
 // checkpoint has beyond them are appended to `unexpected` (the caller warns).
 absl::StatusOr<DecoderWeights> BindDecoderWeights(const ModelConfig& config,
                                                   const Checkpoint& checkpoint,

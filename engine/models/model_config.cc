@@ -5,6 +5,7 @@
 
 #include "engine/common/status.h"
 #include "engine/common/strings.h"
+#include "kernels/common/moe_args.h"
 
 namespace loom {
 namespace {
@@ -184,6 +185,25 @@ absl::StatusOr<ModelConfig> ParseDecoderConfig(const Json& config,
   return m;
 }
 
+absl::Status ParseSlidingWindowAllLayers(const Json& config, int64_t default_window,
+                                         ModelConfig& model) {
+  int64_t window = default_window;
+  if (std::optional<Json> node = config.Find("sliding_window")) {
+    if (node->IsNull()) {
+      window = 0;
+    } else {
+      LOOM_ASSIGN_OR_RETURN(window, node->AsInt());
+      if (window <= 0) {
+        return Invalid(StrCat("sliding_window must be positive or null, got ", window));
+      }
+    }
+  }
+  // A window at least as long as the context never cuts anything off.
+  if (window >= model.max_position_embeddings) window = 0;
+  model.layer_sliding_window.assign(model.num_layers, static_cast<int32_t>(window));
+  return absl::OkStatus();
+}
+
 absl::Status ParseQwenSlidingWindow(const Json& config, ModelConfig& model) {
   LOOM_ASSIGN_OR_RETURN(const bool enabled, config.GetBool("use_sliding_window", false));
   if (!enabled) return absl::OkStatus();
@@ -211,6 +231,98 @@ absl::Status ParseQwenSlidingWindow(const Json& config, ModelConfig& model) {
   LOOM_ASSIGN_OR_RETURN(const int64_t first, config.GetInt("max_window_layers", 28));
   for (int32_t i = 0; i < model.num_layers; ++i) {
     model.layer_sliding_window[i] = i >= first ? effective : 0;
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// The key that holds the expert count: `key`, or, for configuration classes that map one name to
+// the other (Mixtral, Qwen3-MoE), whichever of num_experts / num_local_experts the file has.
+absl::StatusOr<std::string_view> ExpertsKey(const Json& config, std::string_view key,
+                                            bool either_name) {
+  if (!either_name) return key;
+  const bool local = config.Has("num_local_experts");
+  const bool plain = config.Has("num_experts");
+  if (local && plain) {
+    LOOM_ASSIGN_OR_RETURN(const int64_t a, config.GetInt("num_local_experts"));
+    LOOM_ASSIGN_OR_RETURN(const int64_t b, config.GetInt("num_experts"));
+    if (a != b) {
+      return Invalid(StrCat("num_local_experts (", a, ") and num_experts (", b, ") disagree"));
+    }
+  }
+  if (local) return std::string_view("num_local_experts");
+  if (plain) return std::string_view("num_experts");
+  return key;  // missing: the error names the usual key
+}
+
+// The expert counts and sizes every sparse block has; `experts_key` names the expert count.
+absl::Status ParseExpertCounts(const Json& config, std::string_view experts_key,
+                               std::string_view intermediate_key, MoeConfig& moe) {
+  LOOM_ASSIGN_OR_RETURN(moe.num_experts, PositiveInt(config, experts_key));
+  if (moe.num_experts > kMaxMoeExperts) {
+    return Unsupported(StrCat(experts_key, " ", moe.num_experts, " (at most ", kMaxMoeExperts,
+                              " experts are supported)"));
+  }
+  LOOM_ASSIGN_OR_RETURN(moe.num_experts_per_tok, PositiveInt(config, "num_experts_per_tok"));
+  if (moe.num_experts_per_tok > moe.num_experts) {
+    return Invalid(StrCat("num_experts_per_tok (", moe.num_experts_per_tok,
+                          ") must be at most ", experts_key, " (", moe.num_experts, ")"));
+  }
+  LOOM_ASSIGN_OR_RETURN(moe.expert_intermediate_size, PositiveInt(config, intermediate_key));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ParseMixtralMoe(const Json& config, ModelConfig& model) {
+  MoeConfig& moe = model.moe;
+  LOOM_ASSIGN_OR_RETURN(const std::string_view experts_key,
+                        ExpertsKey(config, "num_local_experts", /*either_name=*/true));
+  LOOM_RETURN_IF_ERROR(ParseExpertCounts(config, experts_key, "intermediate_size", moe));
+  moe.norm_topk_prob = true;
+  moe.naming = ExpertNaming::kMixtral;
+  model.layer_sparse.assign(model.num_layers, true);
+  return absl::OkStatus();
+}
+
+absl::Status ParseQwenMoe(const Json& config, bool shared_expert, bool either_experts_name,
+                          ModelConfig& model) {
+  LOOM_ASSIGN_OR_RETURN(const bool sliding, config.GetBool("use_sliding_window", false));
+  if (sliding) {
+    return Unsupported(StrCat("use_sliding_window true is not supported for ",
+                              model.architecture.empty() ? "this model" : model.architecture));
+  }
+  LOOM_ASSIGN_OR_RETURN(const std::string_view experts_key,
+                        ExpertsKey(config, "num_experts", either_experts_name));
+  LOOM_ASSIGN_OR_RETURN(const int64_t num_experts, config.GetInt(experts_key));
+  if (num_experts < 0) return Invalid(StrCat(experts_key, " must be >= 0, got ", num_experts));
+  if (num_experts == 0) return absl::OkStatus();  // every layer is a dense MLP
+  MoeConfig& moe = model.moe;
+  LOOM_RETURN_IF_ERROR(ParseExpertCounts(config, experts_key, "moe_intermediate_size", moe));
+  LOOM_ASSIGN_OR_RETURN(moe.norm_topk_prob, config.GetBool("norm_topk_prob", false));
+  if (shared_expert) {
+    LOOM_ASSIGN_OR_RETURN(moe.shared_expert_intermediate_size,
+                          PositiveInt(config, "shared_expert_intermediate_size"));
+  }
+  moe.naming = ExpertNaming::kQwen;
+  LOOM_ASSIGN_OR_RETURN(const int64_t step, config.GetInt("decoder_sparse_step", 1));
+  if (step <= 0 || step > kMaxLayers) {
+    return Invalid(StrCat("decoder_sparse_step must be a positive integer, got ", step));
+  }
+  model.layer_sparse.assign(model.num_layers, false);
+  for (int32_t i = 0; i < model.num_layers; ++i) model.layer_sparse[i] = (i + 1) % step == 0;
+  std::optional<Json> dense = config.Find("mlp_only_layers");
+  if (dense && !dense->IsNull()) {
+    if (!dense->IsArray()) return Invalid("mlp_only_layers must be a list of layer indices");
+    for (size_t i = 0; i < dense->size(); ++i) {
+      LOOM_ASSIGN_OR_RETURN(const int64_t layer, (*dense)[i].AsInt());
+      if (layer < 0 || layer >= model.num_layers) {
+        return Invalid(StrCat("mlp_only_layers has layer ", layer, ", outside [0, ",
+                              model.num_layers, ")"));
+      }
+      model.layer_sparse[layer] = false;
+    }
   }
   return absl::OkStatus();
 }

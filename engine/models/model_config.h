@@ -1,10 +1,11 @@
 // Hyper-parameters of a decoder-only transformer of the Llama family, parsed from a Hugging Face
 // config.json by the architecture's own file (engine/models/<arch>.cc).
 //
-// One struct describes every supported dense architecture: the differences between Llama,
-// Mistral, Qwen2 and Qwen3 are options here (biases, q/k norm, sliding window), so the layers in
-// engine/layers read flags instead of switching on architecture names. Anything a config asks
-// for that this struct cannot express is refused at load time by the parser.
+// One struct describes every supported architecture: the differences between Llama, Mistral,
+// Qwen2, Qwen3 and their mixture-of-experts relatives Mixtral, Qwen2-MoE and Qwen3-MoE are
+// options here (biases, q/k norm, sliding window, the feed-forward variant of each layer), so the
+// layers in engine/layers read flags instead of switching on architecture names. Anything a
+// config asks for that this struct cannot express is refused at load time by the parser.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +34,30 @@ struct RopeConfig {
   std::vector<float> freq_factors;
 };
 
+// How a mixture-of-experts checkpoint names its per-expert tensors (Hugging Face hub layout):
+//   kQwen:    model.layers.{i}.mlp.gate.weight (router),
+//             model.layers.{i}.mlp.experts.{e}.{gate,up,down}_proj.weight
+//   kMixtral: model.layers.{i}.block_sparse_moe.gate.weight,
+//             model.layers.{i}.block_sparse_moe.experts.{e}.{w1,w3,w2}.weight (gate, up, down)
+// Both also load from the fused layout transformers 5 can save (engine/models/moe_weights.h).
+enum class ExpertNaming { kQwen, kMixtral };
+
+// The sparse feed-forward block (shared/ARCHITECTURE.md §4 "FFN variants"):
+//   p = softmax(router(x)) in f32; the top `num_experts_per_tok` experts by p, their p divided
+//   by their sum when `norm_topk_prob`; y = sum_k p_k * expert_k(x) (+ sigmoid(shared_gate(x)) *
+//   shared_expert(x)), each expert a gate/up/down SiLU MLP of `expert_intermediate_size`.
+struct MoeConfig {
+  int32_t num_experts = 0;  // 0: not a mixture-of-experts model
+  int32_t num_experts_per_tok = 0;
+  int32_t expert_intermediate_size = 0;
+  // Renormalize the chosen experts' probabilities (Mixtral always; Qwen per config).
+  bool norm_topk_prob = false;
+  // A shared expert every token runs, with this intermediate size (0: none), scaled by a
+  // sigmoid gate `shared_expert_gate` [1, hidden] (Qwen2-MoE).
+  int32_t shared_expert_intermediate_size = 0;
+  ExpertNaming naming = ExpertNaming::kQwen;
+};
+
 struct ModelConfig {
   std::string architecture;  // e.g. "LlamaForCausalLM"
   int32_t vocab_size = 0;
@@ -54,6 +79,10 @@ struct ModelConfig {
   bool qk_norm = false;
   // Per layer: 0 for full causal attention, w > 0 for a sliding window of w keys.
   std::vector<int32_t> layer_sliding_window;
+  // Mixture of experts (moe.num_experts > 0): which layers' feed-forward is the sparse block;
+  // the others are dense MLPs of intermediate_size. Empty for dense models.
+  MoeConfig moe;
+  std::vector<bool> layer_sparse;
   // `torch_dtype` / `dtype` of the config (informational; each tensor keeps its own dtype).
   DType dtype = DType::kBF16;
   TokenId bos_token_id{-1};
@@ -61,6 +90,10 @@ struct ModelConfig {
 
   int32_t q_dim() const { return num_heads * head_dim; }
   int32_t kv_dim() const { return num_kv_heads * head_dim; }
+  bool is_moe() const { return moe.num_experts > 0; }
+  bool IsSparseLayer(int32_t layer) const {
+    return is_moe() && static_cast<size_t>(layer) < layer_sparse.size() && layer_sparse[layer];
+  }
 };
 
 // Keys every Llama-family config shares, with the defaults each architecture gives them when a
@@ -79,10 +112,29 @@ struct DecoderDefaults {
 // and checks their consistency. Architecture-specific keys are the caller's.
 absl::StatusOr<ModelConfig> ParseDecoderConfig(const Json& config, const DecoderDefaults& defaults);
 
+// Mistral-style windows: `sliding_window` (null: none; absent: `default_window`, 0 for none)
+// applies to every layer; a window at least max_position_embeddings long is no window.
+absl::Status ParseSlidingWindowAllLayers(const Json& config, int64_t default_window,
+                                         ModelConfig& model);
+
 // Qwen2/Qwen3-style per-layer windows: when `use_sliding_window` is true, layers named
 // "sliding_attention" in `layer_types` (or, without that list, layers >= max_window_layers) use
 // a window of `sliding_window` keys; otherwise every layer attends fully.
 absl::Status ParseQwenSlidingWindow(const Json& config, ModelConfig& model);
+
+// Mixtral's sparse block: num_local_experts (or its alias num_experts), num_experts_per_tok,
+// intermediate_size (each expert's), always renormalized, every layer sparse, Mixtral tensor
+// names. router_jitter_noise only acts in training and is ignored.
+absl::Status ParseMixtralMoe(const Json& config, ModelConfig& model);
+
+// Qwen2-MoE / Qwen3-MoE: num_experts, num_experts_per_tok, moe_intermediate_size,
+// norm_topk_prob, and which layers are sparse: layer i unless it is in mlp_only_layers, when
+// num_experts > 0 and (i + 1) % decoder_sparse_step == 0 (num_experts 0: a dense model). With
+// `shared_expert`, also shared_expert_intermediate_size (Qwen2-MoE). With
+// `either_experts_name`, the count may be under num_local_experts, which transformers 5 writes
+// for Qwen3-MoE. use_sliding_window true is refused.
+absl::Status ParseQwenMoe(const Json& config, bool shared_expert, bool either_experts_name,
+                          ModelConfig& model);
 
 // Adds eos ids from generation_config.json (an int or a list) to `model`, without duplicates.
 // Error messages start with "generation_config.json: ".

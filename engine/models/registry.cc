@@ -10,6 +10,9 @@ const std::vector<Architecture>& Architectures() {
       {"MistralForCausalLM", &ParseMistralConfig},
       {"Qwen2ForCausalLM", &ParseQwen2Config},
       {"Qwen3ForCausalLM", &ParseQwen3Config},
+      {"MixtralForCausalLM", &ParseMixtralConfig},
+      {"Qwen2MoeForCausalLM", &ParseQwen2MoeConfig},
+      {"Qwen3MoeForCausalLM", &ParseQwen3MoeConfig},
   };
   return kArchitectures;
 }

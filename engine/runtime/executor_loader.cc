@@ -85,6 +85,11 @@ ModelInfo MakeModelInfo(const EngineConfig& engine, const ModelConfig& m, const 
   info.num_heads = m.num_heads;
   info.num_kv_heads = m.num_kv_heads;
   info.head_dim = m.head_dim;
+  if (m.is_moe()) {
+    info.num_experts = m.moe.num_experts;
+    info.num_experts_per_tok = m.moe.num_experts_per_tok;
+    info.sparse_layers = m.layer_sparse;
+  }
   info.eos_token_ids = m.eos_token_ids;
   info.bos_token_id = m.bos_token_id;
   std::map<DType, int64_t> bytes_by_dtype;
@@ -147,6 +152,12 @@ absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(const Engin
   backend_options.device = config.device;
   backend_options.pretend_graphs = config.cpu_pretend_graphs;
   LOOM_ASSIGN_OR_RETURN(ex->backend_, CreateBackend(backend_options));
+  if (model_config.is_moe() && !ex->backend_->ops().SupportsMoe()) {
+    // Before any weight is copied to the device.
+    return absl::UnimplementedError(StrCat("the ", ex->backend_->name(),
+                                           " backend does not run mixture-of-experts models (",
+                                           model_config.architecture, ")"));
+  }
   LOOM_RETURN_IF_ERROR(CheckWeightFormats(weights, ex->backend_->ops(), ex->backend_->name()));
   LOOM_ASSIGN_OR_RETURN(const int64_t device_weight_bytes,
                         MoveDecoderWeightsTo(*ex->backend_, weights));
@@ -174,7 +185,9 @@ absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(const Engin
   OpsLimits limits;
   limits.max_num_tokens = max_tokens;
   limits.max_in_features = std::max<int64_t>(
-      {model_config.hidden_size, model_config.q_dim(), model_config.intermediate_size});
+      {model_config.hidden_size, model_config.q_dim(), model_config.intermediate_size,
+       model_config.moe.expert_intermediate_size,
+       model_config.moe.shared_expert_intermediate_size});
   // Every sequence of a step computes at least one token.
   limits.max_num_seqs = std::min(config.max_num_seqs, max_tokens);
   limits.num_heads = model_config.num_heads;

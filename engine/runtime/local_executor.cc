@@ -60,6 +60,7 @@ absl::StatusOr<StepResult> LocalExecutor::Run(const StepPlan& plan,
   LOOM_RETURN_IF_ERROR(model_->Forward(batch, *kv_, graph_batch > 0 ? graph_batch : -1));
   LOOM_RETURN_IF_ERROR(backend_->Synchronize());
   if (fault_injector_) LOOM_RETURN_IF_ERROR(fault_injector_(plan.step_id));
+  if (plan.report_expert_routing && info_.num_experts > 0) CountExpertRouting(result.outputs);
   result.timings.forward_ms = MillisSince(forward_start);
 
   const auto sample_start = std::chrono::steady_clock::now();
@@ -304,6 +305,32 @@ absl::Status LocalExecutor::AllocateStepInputs(int32_t max_tokens, int32_t max_s
   in.tail_first_blocks = take(int64_t{max_seqs} * 4);
   LOOM_ASSIGN_OR_RETURN(device_inputs_, backend_->Allocate(offset));
   return absl::OkStatus();
+}
+
+void LocalExecutor::CountExpertRouting(std::vector<SequenceOutput>& outputs) {
+  const int32_t num_experts = info_.num_experts;
+  const int32_t top_k = info_.num_experts_per_tok;
+  for (SequenceOutput& output : outputs) {
+    output.expert_counts.assign(size_t(info_.num_layers) * num_experts, 0);
+  }
+  for (int32_t layer = 0; layer < info_.num_layers; ++layer) {
+    const int32_t* routes = model_->RoutedExperts(layer);
+    if (routes == nullptr) continue;
+    // Rows of real sequences only (a padded graph batch's rows come after them).
+    int32_t num_rows = 0;
+    for (const Entry& e : entries_) num_rows = std::max(num_rows, e.first_row + e.num_scheduled);
+    host_routes_.resize(size_t(num_rows) * top_k);
+    backend_->CopyToHost(host_routes_.data(), routes,
+                         static_cast<int64_t>(host_routes_.size() * sizeof(int32_t)));
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      int32_t* counts = outputs[i].expert_counts.data() + size_t(layer) * num_experts;
+      const Entry& e = entries_[i];
+      for (int64_t j = int64_t{e.first_row} * top_k;
+           j < int64_t{e.first_row + e.num_scheduled} * top_k; ++j) {
+        ++counts[host_routes_[j]];
+      }
+    }
+  }
 }
 
 void LocalExecutor::CollectLogitRequests() {

@@ -140,6 +140,8 @@ class LocalExecutor final : public Executor {
   void AssignTailSlots(const StepPlan& plan);
   // The held sequence whose partial last block (kept in its tail) is `block`; null if none.
   const Sequence* PartialBlockOwner(int32_t block) const;
+  // Fills each output's expert_counts from the model's routing of the step's rows.
+  void CountExpertRouting(std::vector<SequenceOutput>& outputs);
   void CollectLogitRequests();
   void RunLogitRequests(std::vector<SequenceOutput>& outputs);
   void ProcessLogitRow(const LogitRequest& request, float* logits, SamplerScratch& scratch,
@@ -174,6 +176,7 @@ class LocalExecutor final : public Executor {
   std::vector<float> rope_cos_, rope_sin_;
   std::vector<float> host_logits_;
   std::vector<int32_t> logit_rows_;
+  std::vector<int32_t> host_routes_;
   // The step's inputs in backend memory: one buffer, each part at a fixed byte offset.
   struct StepInputs {
     int32_t max_tokens = 0, max_seqs = 0, max_blocks_per_seq = 0;

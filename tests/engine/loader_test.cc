@@ -511,5 +511,91 @@ TEST(LoaderTest, ContextLimitedByTheModel) {
   EXPECT_EQ((*executor)->model_info().max_context_len, 128);
 }
 
+// ---- Mixture-of-experts checkpoints: every expert tensor is validated and named. ----
+
+// Rewrites golden model `name`'s single safetensors file into `model` through `edit`, which
+// may change or drop (return false for) each tensor.
+void RewriteTensors(const std::string& name, const ModelCopy& model,
+                    const std::function<bool(TensorToWrite&)>& edit) {
+  auto original = SafetensorsFile::Open(kGolden + name + "/model.safetensors");
+  ASSERT_TRUE(original.ok()) << original.status();
+  std::vector<TensorToWrite> tensors;
+  for (TensorToWrite t : TensorsOf(**original)) {
+    if (edit(t)) tensors.push_back(t);
+  }
+  ASSERT_TRUE(WriteSafetensors(model.File("model.safetensors"), tensors).ok());
+}
+
+TEST(LoaderTest, MoeCopiesLoad) {
+  for (const char* name : {"mixtral", "qwen2_moe", "qwen3_moe"}) {
+    ModelCopy model(name);
+    auto executor = LocalExecutor::Create(Config(model.dir()));
+    ASSERT_TRUE(executor.ok()) << name << ": " << executor.status();
+    EXPECT_GT((*executor)->model_info().num_experts, 0) << name;
+  }
+}
+
+TEST(LoaderTest, MissingExpertTensor) {
+  ModelCopy model("qwen2_moe");
+  RewriteTensors("qwen2_moe", model, [](TensorToWrite& t) {
+    return t.name != "model.layers.2.mlp.experts.3.up_proj.weight";
+  });
+  const std::string message =
+      ExpectCreateFails(Config(model.dir()), absl::StatusCode::kInvalidArgument);
+  LOOM_EXPECT_CONTAINS(message, model.dir());
+  LOOM_EXPECT_CONTAINS(message, "missing tensor 'model.layers.2.mlp.experts.3.up_proj.weight'");
+}
+
+TEST(LoaderTest, MissingSharedExpertGate) {
+  ModelCopy model("qwen2_moe");
+  RewriteTensors("qwen2_moe", model, [](TensorToWrite& t) {
+    return t.name != "model.layers.0.mlp.shared_expert_gate.weight";
+  });
+  const std::string message =
+      ExpectCreateFails(Config(model.dir()), absl::StatusCode::kInvalidArgument);
+  LOOM_EXPECT_CONTAINS(message, "missing tensor 'model.layers.0.mlp.shared_expert_gate.weight'");
+}
+
+TEST(LoaderTest, MixtralExpertWithTheWrongShapeOrDtype) {
+  ModelCopy model("mixtral");
+  RewriteTensors("mixtral", model, [](TensorToWrite& t) {
+    if (t.name == "model.layers.0.block_sparse_moe.experts.5.w2.weight") t.shape = {96, 64};
+    if (t.name == "model.layers.1.block_sparse_moe.experts.7.w1.weight") t.dtype = DType::kI16;
+    return true;
+  });
+  const std::string message =
+      ExpectCreateFails(Config(model.dir()), absl::StatusCode::kInvalidArgument);
+  LOOM_EXPECT_CONTAINS(message, model.File("model.safetensors") +
+                                    ": tensor 'model.layers.0.block_sparse_moe.experts.5.w2."
+                                    "weight': expected shape [64, 96], found [96, 64]");
+  LOOM_EXPECT_CONTAINS(message, "tensor 'model.layers.1.block_sparse_moe.experts.7.w1.weight': "
+                                "dtype I16");
+}
+
+TEST(LoaderTest, FusedExpertsWithTheWrongShape) {
+  ModelCopy model("qwen3_moe");
+  RewriteTensors("qwen3_moe", model, [](TensorToWrite& t) {
+    if (t.name == "model.layers.1.mlp.experts.gate_up_proj") t.shape = {8, 64, 128};
+    return true;
+  });
+  const std::string message =
+      ExpectCreateFails(Config(model.dir()), absl::StatusCode::kInvalidArgument);
+  LOOM_EXPECT_CONTAINS(message, "tensor 'model.layers.1.mlp.experts.gate_up_proj': expected "
+                                "shape [8, 128, 64], found [8, 64, 128]");
+}
+
+// A checkpoint that mixes the layouts (fused in layer 0, per-expert tensors elsewhere) is
+// refused, naming the fused tensors the other layers lack.
+TEST(LoaderTest, MixedExpertLayouts) {
+  ModelCopy model("qwen3_moe");
+  RewriteTensors("qwen3_moe", model, [](TensorToWrite& t) {
+    return t.name.rfind("model.layers.1.mlp.experts.", 0) != 0;
+  });
+  const std::string message =
+      ExpectCreateFails(Config(model.dir()), absl::StatusCode::kInvalidArgument);
+  LOOM_EXPECT_CONTAINS(message, "missing tensor 'model.layers.1.mlp.experts.gate_up_proj'");
+  LOOM_EXPECT_CONTAINS(message, "missing tensor 'model.layers.1.mlp.experts.down_proj'");
+}
+
 }  // namespace
 }  // namespace loom

@@ -417,8 +417,9 @@ TEST(ModelConfigTest, BadTokenIdsInConfig) {
 TEST(ModelConfigTest, UnknownArchitectureListsTheSupportedOnes) {
   ExpectRefused(Minimal("GPT2LMHeadModel"), absl::StatusCode::kUnimplemented,
                 "architecture 'GPT2LMHeadModel' is not supported (supported: LlamaForCausalLM, "
-                "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)");
-  EXPECT_EQ(Architectures().size(), 4u);
+                "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, "
+                "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM)");
+  EXPECT_EQ(Architectures().size(), 7u);
 }
 
 TEST(ModelConfigTest, MissingOrMalformedArchitectures) {
@@ -719,6 +720,137 @@ TEST(RopeTableTest, LinearScalingDividesEveryFrequency) {
   for (size_t i = 0; i < a.inv_freq().size(); ++i) {
     EXPECT_EQ(b.inv_freq()[i], a.inv_freq()[i] / 4.0f);
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Mixture-of-experts architectures.
+
+json Mixtral() {
+  json c = Minimal("MixtralForCausalLM");
+  c["num_local_experts"] = 8;
+  c["num_experts_per_tok"] = 2;
+  return c;
+}
+
+json QwenMoe(std::string_view architecture) {
+  json c = Minimal(architecture);
+  c["num_experts"] = 6;
+  c["num_experts_per_tok"] = 2;
+  c["moe_intermediate_size"] = 64;
+  if (architecture == "Qwen2MoeForCausalLM") c["shared_expert_intermediate_size"] = 96;
+  return c;
+}
+
+TEST(ModelConfigTest, DenseModelsHaveNoExperts) {
+  const ModelConfig m = MustParse(Minimal("LlamaForCausalLM"));
+  EXPECT_FALSE(m.is_moe());
+  EXPECT_TRUE(m.layer_sparse.empty());
+  EXPECT_FALSE(m.IsSparseLayer(0));
+}
+
+TEST(ModelConfigTest, MixtralEveryLayerSparseAlwaysRenormalized) {
+  json c = Mixtral();
+  c["router_jitter_noise"] = 0.1;  // training only
+  const ModelConfig m = MustParse(c);
+  ASSERT_TRUE(m.is_moe());
+  EXPECT_EQ(m.moe.num_experts, 8);
+  EXPECT_EQ(m.moe.num_experts_per_tok, 2);
+  EXPECT_EQ(m.moe.expert_intermediate_size, 512);  // intermediate_size is each expert's
+  EXPECT_TRUE(m.moe.norm_topk_prob);
+  EXPECT_EQ(m.moe.shared_expert_intermediate_size, 0);
+  EXPECT_EQ(m.moe.naming, ExpertNaming::kMixtral);
+  EXPECT_EQ(m.layer_sparse, std::vector<bool>(3, true));
+  // Mixtral's configuration class has no window by default (Mistral's has 4096).
+  EXPECT_EQ(m.layer_sliding_window, Windows(3, 0));
+  EXPECT_EQ(m.max_position_embeddings, 4096 * 32);
+  c["sliding_window"] = 4096;
+  EXPECT_EQ(MustParse(c).layer_sliding_window, Windows(3, 4096));
+  // transformers maps num_experts to num_local_experts.
+  c.erase("num_local_experts");
+  c["num_experts"] = 4;
+  EXPECT_EQ(MustParse(c).moe.num_experts, 4);
+}
+
+TEST(ModelConfigTest, Qwen2MoeSparseLayersAndSharedExpert) {
+  json c = QwenMoe("Qwen2MoeForCausalLM");
+  ModelConfig m = MustParse(c);
+  EXPECT_TRUE(m.qkv_bias);
+  EXPECT_FALSE(m.o_proj_bias);
+  EXPECT_EQ(m.moe.num_experts, 6);
+  EXPECT_EQ(m.moe.expert_intermediate_size, 64);
+  EXPECT_EQ(m.intermediate_size, 512);  // the dense layers'
+  EXPECT_FALSE(m.moe.norm_topk_prob);
+  EXPECT_EQ(m.moe.shared_expert_intermediate_size, 96);
+  EXPECT_EQ(m.moe.naming, ExpertNaming::kQwen);
+  EXPECT_EQ(m.layer_sparse, std::vector<bool>(3, true));
+
+  c["num_hidden_layers"] = 6;
+  c["decoder_sparse_step"] = 2;  // layers 1, 3, 5
+  c["mlp_only_layers"] = {3};
+  c["norm_topk_prob"] = true;
+  c["qkv_bias"] = false;
+  m = MustParse(c);
+  EXPECT_EQ(m.layer_sparse, (std::vector<bool>{false, true, false, false, false, true}));
+  EXPECT_TRUE(m.moe.norm_topk_prob);
+  EXPECT_FALSE(m.qkv_bias);
+
+  // No experts at all: a dense model.
+  c["num_experts"] = 0;
+  EXPECT_FALSE(MustParse(c).is_moe());
+}
+
+TEST(ModelConfigTest, Qwen3MoeHeadDimDefaultsToHiddenOverHeads) {
+  json c = QwenMoe("Qwen3MoeForCausalLM");
+  ModelConfig m = MustParse(c);
+  EXPECT_EQ(m.head_dim, 32);  // 256 / 8, not Qwen3's 128
+  EXPECT_TRUE(m.qk_norm);
+  EXPECT_FALSE(m.qkv_bias);
+  EXPECT_EQ(m.moe.shared_expert_intermediate_size, 0);
+  // transformers 5 writes the count as num_local_experts.
+  c.erase("num_experts");
+  c["num_local_experts"] = 8;
+  c["norm_topk_prob"] = true;
+  c["attention_bias"] = true;
+  m = MustParse(c);
+  EXPECT_EQ(m.moe.num_experts, 8);
+  EXPECT_TRUE(m.moe.norm_topk_prob);
+  EXPECT_TRUE(m.qkv_bias && m.o_proj_bias);
+}
+
+TEST(ModelConfigTest, MoeRefusals) {
+  json c = Mixtral();
+  c.erase("num_experts_per_tok");
+  ExpectRefused(c, absl::StatusCode::kNotFound, "num_experts_per_tok");
+  c = Mixtral();
+  c["num_experts_per_tok"] = 9;
+  ExpectRefused(c, absl::StatusCode::kInvalidArgument,
+                "num_experts_per_tok (9) must be at most num_local_experts (8)");
+  c = Mixtral();
+  c["num_local_experts"] = 5000;
+  ExpectRefused(c, absl::StatusCode::kUnimplemented, "num_local_experts 5000");
+  c = Mixtral();
+  c["num_experts"] = 4;
+  ExpectRefused(c, absl::StatusCode::kInvalidArgument,
+                "num_local_experts (8) and num_experts (4) disagree");
+
+  c = QwenMoe("Qwen2MoeForCausalLM");
+  c.erase("shared_expert_intermediate_size");
+  ExpectRefused(c, absl::StatusCode::kNotFound, "shared_expert_intermediate_size");
+  c = QwenMoe("Qwen2MoeForCausalLM");
+  c["decoder_sparse_step"] = 0;
+  ExpectRefused(c, absl::StatusCode::kInvalidArgument, "decoder_sparse_step");
+  c = QwenMoe("Qwen3MoeForCausalLM");
+  c["mlp_only_layers"] = {0, 3};
+  ExpectRefused(c, absl::StatusCode::kInvalidArgument, "mlp_only_layers has layer 3");
+  c = QwenMoe("Qwen3MoeForCausalLM");
+  c["use_sliding_window"] = true;
+  ExpectRefused(c, absl::StatusCode::kUnimplemented, "use_sliding_window");
+  c = QwenMoe("Qwen3MoeForCausalLM");
+  c.erase("moe_intermediate_size");
+  ExpectRefused(c, absl::StatusCode::kNotFound, "moe_intermediate_size");
+  c = QwenMoe("Qwen2MoeForCausalLM");
+  c["num_experts"] = -1;
+  ExpectRefused(c, absl::StatusCode::kInvalidArgument, "num_experts must be >= 0");
 }
 
 }  // namespace

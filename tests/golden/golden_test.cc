@@ -82,13 +82,21 @@ TEST_P(GoldenTest, PaddedDecodeBatchesMatch) {
 // up to ~0.2, so greedy choices may flip where the reference has a near tie (margins go down
 // to 0.02), and only there.
 TEST_P(GoldenTest, Bf16KvCacheStaysClose) {
+  if (golden_->moe) {
+    // The same rounding moves these models' router logits by up to ~0.8 and changes the
+    // experts of a few tokens per variant; a token that runs other experts has other logits
+    // (by O(1)), and every later position attends to it. No tolerance holds for that; the f32
+    // and f16 checks cover the MoE variants.
+    GTEST_SKIP() << "bf16 KV rounding changes expert choices of mixture-of-experts models";
+  }
   auto executor = MakeExecutor(*golden_, {.kv_dtype = DType::kBF16});
   ASSERT_NE(executor, nullptr);
   const EngineRun run = RunPrompts(*executor, *golden_, {.prefill_chunk = 7});
   ExpectMatchesReference(*golden_, run, 0.25f, /*allow_near_ties=*/true);
 }
 
-// The same with an f16 cache (11 significant bits): closer than bf16.
+// The same with an f16 cache (11 significant bits): closer than bf16. (Router logits of the
+// mixture-of-experts variants move by at most ~5e-3, below their recorded router gaps.)
 TEST_P(GoldenTest, F16KvCacheStaysClose) {
   auto executor = MakeExecutor(*golden_, {.kv_dtype = DType::kF16});
   ASSERT_NE(executor, nullptr);

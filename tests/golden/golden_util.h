@@ -40,6 +40,8 @@ struct Golden {
   std::string model_path;
   int32_t vocab = 0;
   float tolerance = 0;
+  // A mixture-of-experts model (reference.json has model.moe).
+  bool moe = false;
   std::unique_ptr<Checkpoint> tensors;  // reference.safetensors
   std::vector<GoldenPrompt> prompts;
 };
@@ -63,6 +65,7 @@ inline std::unique_ptr<Golden> LoadGolden(const std::string& name) {
   if (model_file.ok() && !model_file->empty()) g->model_path = g->dir + "/" + *model_file;
   g->vocab = static_cast<int32_t>(*ref->Get("model")->GetInt("vocab_size"));
   g->tolerance = static_cast<float>(*ref->Get("tolerance")->GetDouble("logits_abs"));
+  g->moe = ref->Get("model")->Has("moe");
   auto tensors = Checkpoint::Open(g->dir + "/reference.safetensors");
   EXPECT_TRUE(tensors.ok()) << tensors.status();
   g->tensors = std::make_unique<Checkpoint>(std::move(*tensors));

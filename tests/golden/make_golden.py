@@ -50,8 +50,11 @@ from transformers import (
     AutoModelForCausalLM,
     LlamaConfig,
     MistralConfig,
+    MixtralConfig,
     Qwen2Config,
+    Qwen2MoeConfig,
     Qwen3Config,
+    Qwen3MoeConfig,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -61,6 +64,11 @@ GREEDY_STEPS = 32
 MIN_GREEDY_MARGIN = 0.02
 # ... and while the greedy continuation is degenerate (fewer distinct tokens than this).
 MIN_DISTINCT_GREEDY = 4
+# Mixture-of-experts variants: a prompt is also redrawn while some token's router logits have a
+# gap below this between the last chosen and the first unchosen expert, so that the experts
+# chosen do not hinge on rounding: float32 reduction order moves router logits by ~1e-6, an f16
+# KV cache by up to ~5e-3 (measured on these variants).
+MIN_ROUTER_GAP = 0.01
 STORAGE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 # ----------------------------------------------------------------------------------------
@@ -205,7 +213,75 @@ VARIANTS = [
         exercises="Qwen3: per-head RMSNorm on q and k (weights of size head_dim) before RoPE, "
         "explicit head_dim 32 != hidden/heads (q_proj is 64 -> 128, o_proj 128 -> 64), untied.",
     ),
+    dict(
+        name="mixtral",
+        architecture="MixtralForCausalLM",
+        config_cls=MixtralConfig,
+        config=dict(
+            vocab_size=512, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5,
+            rope_theta=1000000.0, sliding_window=None, num_local_experts=8,
+            num_experts_per_tok=2, router_jitter_noise=0.1,
+            max_position_embeddings=128, tie_word_embeddings=False,
+            bos_token_id=1, eos_token_id=2,
+        ),
+        storage_dtype="bfloat16",
+        init=dict(embed_std=1.0, lm_head_gain=2.0),
+        prompt_lens=[1, 5, 17, 40],
+        seed=1007,
+        exercises="Mixtral: every layer a sparse block of 8 experts, top-2 always renormalized; "
+        "the hub layout (block_sparse_moe.gate, block_sparse_moe.experts.{e}.w1/w3/w2 = "
+        "gate/up/down); GQA 4/2; router_jitter_noise set (training only, must not matter).",
+    ),
+    dict(
+        name="qwen2_moe",
+        architecture="Qwen2MoeForCausalLM",
+        config_cls=Qwen2MoeConfig,
+        config=dict(
+            vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+            num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6,
+            rope_theta=1000000.0, num_experts=6, num_experts_per_tok=2,
+            moe_intermediate_size=64, shared_expert_intermediate_size=96,
+            norm_topk_prob=False, decoder_sparse_step=1, mlp_only_layers=[1],
+            use_sliding_window=False, max_position_embeddings=128, tie_word_embeddings=False,
+            bos_token_id=1, eos_token_id=2,
+        ),
+        storage_dtype="bfloat16",
+        init=dict(embed_std=1.0, lm_head_gain=2.0),
+        prompt_lens=[1, 5, 17, 40],
+        seed=1008,
+        exercises="Qwen2-MoE: 6 experts, top-2 without renormalization (norm_topk_prob false), "
+        "a shared expert (intermediate 96) scaled by sigmoid(shared_expert_gate), layer 1 a dense "
+        "MLP of intermediate_size 128 (mlp_only_layers [1]) between two sparse layers; q/k/v "
+        "biases; per-expert hub layout (mlp.experts.{e}.{gate,up,down}_proj).",
+    ),
+    dict(
+        name="qwen3_moe",
+        architecture="Qwen3MoeForCausalLM",
+        config_cls=Qwen3MoeConfig,
+        config=dict(
+            vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6,
+            rope_theta=1000000.0, num_experts=8, num_experts_per_tok=2,
+            moe_intermediate_size=64, norm_topk_prob=True, decoder_sparse_step=1,
+            use_sliding_window=False, attention_bias=False,
+            max_position_embeddings=128, tie_word_embeddings=False,
+            bos_token_id=1, eos_token_id=2,
+        ),
+        storage_dtype="bfloat16",
+        # transformers 5's own layout: 3-D mlp.experts.gate_up_proj / down_proj tensors.
+        save_kwargs=dict(save_original_format=False),
+        init=dict(embed_std=1.0, lm_head_gain=2.0),
+        prompt_lens=[1, 5, 17, 40],
+        seed=1009,
+        exercises="Qwen3-MoE: q/k RMSNorm, head_dim absent from config.json (hidden/heads = 16, "
+        "not Qwen3's 128), 8 experts top-2 renormalized (norm_topk_prob true), no shared "
+        "expert; saved in the fused layout (mlp.experts.gate_up_proj [8, 128, 64], "
+        "mlp.experts.down_proj [8, 64, 64]).",
+    ),
 ]
+# Router weights get this gain (logits of std about 3: routing neither uniform nor one-hot).
+ROUTER_GAIN = 3.0
 
 
 # ----------------------------------------------------------------------------------------
@@ -227,6 +303,10 @@ def randomize(model: torch.nn.Module, seed: int, init: dict) -> None:
                 value = 1.0 + 0.2 * noise
             elif name.endswith(".bias"):
                 value = 0.1 * noise
+            elif name.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj")):
+                # Fused experts [E, out, in].
+                gain = init.get("out_gain", 1.0) if name.endswith("down_proj") else 1.0
+                value = noise * (gain / math.sqrt(p.shape[2]))
             elif p.dim() == 2:
                 gain = 1.0
                 if name == "lm_head.weight":
@@ -235,6 +315,8 @@ def randomize(model: torch.nn.Module, seed: int, init: dict) -> None:
                     gain = init.get("out_gain", 1.0)
                 elif name.endswith(("q_proj.weight", "k_proj.weight")):
                     gain = QK_GAIN
+                elif name.endswith("mlp.gate.weight"):
+                    gain = ROUTER_GAIN
                 value = noise * (gain / math.sqrt(p.shape[1]))
             else:
                 raise RuntimeError(f"no init rule for parameter {name} {tuple(p.shape)}")
@@ -275,7 +357,8 @@ class Float64Reference:
         self.n_layers = cfg["num_hidden_layers"]
         # Window applies only when the model actually uses it (Qwen2/3 gate it).
         window = cfg.get("sliding_window")
-        if cfg["model_type"] in ("qwen2", "qwen3") and not cfg.get("use_sliding_window", False):
+        if (cfg["model_type"] in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe")
+                and not cfg.get("use_sliding_window", False)):
             window = None
         self.window = window
         self.inv_freq = rope_inv_freq(cfg, self.head_dim)
@@ -301,6 +384,46 @@ class Float64Reference:
         half = x.shape[-1] // 2
         rot = torch.cat([-x[..., half:], x[..., :half]], -1)
         return x * cos + rot * sin
+
+    def _is_sparse(self, p: str) -> bool:
+        return (p + "mlp.gate.weight") in self.w or (p + "block_sparse_moe.gate.weight") in self.w
+
+    def _expert(self, p: str, e: int, x):
+        """Expert e of layer prefix p on rows x, from whichever layout the files have."""
+        w = self.w
+        if p + "mlp.experts.gate_up_proj" in w:
+            gate_up = w[p + "mlp.experts.gate_up_proj"][e]
+            inter = gate_up.shape[0] // 2
+            gate, up, down = gate_up[:inter], gate_up[inter:], w[p + "mlp.experts.down_proj"][e]
+        elif p + "block_sparse_moe.gate.weight" in w:
+            q = f"{p}block_sparse_moe.experts.{e}."
+            gate, up, down = w[q + "w1.weight"], w[q + "w3.weight"], w[q + "w2.weight"]
+        else:
+            q = f"{p}mlp.experts.{e}."
+            gate, up = w[q + "gate_proj.weight"], w[q + "up_proj.weight"]
+            down = w[q + "down_proj.weight"]
+        return (torch.nn.functional.silu(x @ gate.T) * (x @ up.T)) @ down.T
+
+    def _moe(self, h, p: str):
+        """Sparse block: softmax over the router logits, top-k (renormalized for Mixtral and
+        when norm_topk_prob), weighted sum of the chosen experts, plus the sigmoid-gated shared
+        expert when the files have one."""
+        cfg, w = self.cfg, self.w
+        router = w.get(p + "mlp.gate.weight", w.get(p + "block_sparse_moe.gate.weight"))
+        probs = torch.softmax(h @ router.T, -1)
+        top_p, top_e = probs.topk(cfg["num_experts_per_tok"], dim=-1)
+        if cfg["model_type"] == "mixtral" or cfg.get("norm_topk_prob", False):
+            top_p = top_p / top_p.sum(-1, keepdim=True)
+        out = torch.zeros_like(h)
+        for t in range(h.shape[0]):
+            for k in range(top_e.shape[1]):
+                out[t] += top_p[t, k] * self._expert(p, int(top_e[t, k]), h[t:t + 1])[0]
+        if p + "mlp.shared_expert_gate.weight" in w:
+            q = p + "mlp.shared_expert."
+            shared = (torch.nn.functional.silu(h @ w[q + "gate_proj.weight"].T)
+                      * (h @ w[q + "up_proj.weight"].T)) @ w[q + "down_proj.weight"].T
+            out = out + torch.sigmoid(h @ w[p + "mlp.shared_expert_gate.weight"].T) * shared
+        return out
 
     @torch.no_grad()
     def logits(self, ids: list[int]) -> torch.Tensor:
@@ -329,6 +452,9 @@ class Float64Reference:
             a = torch.softmax(s, -1) @ v
             x = x + self._lin(a.transpose(0, 1).reshape(T, H * D), p + "self_attn.o_proj")
             h = self._rms(x, self.w[p + "post_attention_layernorm.weight"])
+            if self._is_sparse(p):
+                x = x + self._moe(h, p)
+                continue
             g = self._lin(h, p + "mlp.gate_proj")
             u = self._lin(h, p + "mlp.up_proj")
             x = x + self._lin(torch.nn.functional.silu(g) * u, p + "mlp.down_proj")
@@ -392,17 +518,55 @@ def greedy(model, ids: list[int]):
     return tokens, torch.stack(step_logits), margins
 
 
+class RouterProbe:
+    """Watches the router of every sparse layer of a transformers MoE model (forward hooks on
+    its *TopKRouter modules, which return the router logits first)."""
+
+    def __init__(self, model, top_k: int):
+        self.top_k = top_k
+        self.logits = {}
+        for name, module in model.named_modules():
+            if type(module).__name__.endswith("TopKRouter"):
+                layer = int(name.split(".")[2])  # model.layers.{i}.mlp.gate
+                module.register_forward_hook(self._hook(layer))
+
+    def _hook(self, layer):
+        def hook(module, inputs, output):
+            self.logits[layer] = output[0].detach().float()
+        return hook
+
+    def min_gap(self) -> float:
+        """Smallest gap between the last chosen and the first unchosen router logit."""
+        gap = math.inf
+        for logits in self.logits.values():
+            top = logits.topk(self.top_k + 1, dim=-1).values
+            gap = min(gap, float((top[:, self.top_k - 1] - top[:, self.top_k]).min()))
+        return gap
+
+    def counts(self) -> dict:
+        """{layer: selections per expert} of the last forward."""
+        out = {}
+        for layer, logits in self.logits.items():
+            chosen = logits.topk(self.top_k, dim=-1).indices.flatten()
+            out[layer] = torch.bincount(chosen, minlength=logits.shape[1])
+        return out
+
+
 def record_prompts(v: dict, model, model_sdpa, ref64: "Float64Reference"):
     """Draws the prompts of variant `v` and records transformers' logits and greedy tokens.
 
     Returns (tensors for reference.safetensors, prompt entries for reference.json, max |sdpa -
-    eager|, max |float64 - eager|, flattened logits of every recorded row)."""
+    eager|, max |float64 - eager|, flattened logits of every recorded row, routing statistics of
+    a mixture-of-experts model or None)."""
     name = v["name"]
     vocab = model.config.vocab_size
     tensors = {}
     prompts = []
     max_sdpa = max_f64 = 0.0
     all_logits = []
+    top_k = getattr(model.config, "num_experts_per_tok", 0)
+    probe = RouterProbe(model, top_k) if top_k else None
+    routing = dict(min_router_gap=math.inf, expert_use={}) if probe else None
     for i, plen in enumerate(v["prompt_lens"]):
         assert plen + GREEDY_STEPS <= model.config.max_position_embeddings
         attempt = 0
@@ -411,15 +575,25 @@ def record_prompts(v: dict, model, model_sdpa, ref64: "Float64Reference"):
             # Avoid the special ids 0..3 in prompts; any id is legal for the model.
             ids = torch.randint(4, vocab, (plen,), generator=gen).tolist()
             tokens, step_logits, margins = greedy(model, ids)
-            if min(margins) >= MIN_GREEDY_MARGIN and len(set(tokens)) >= MIN_DISTINCT_GREEDY:
+            ok = min(margins) >= MIN_GREEDY_MARGIN and len(set(tokens)) >= MIN_DISTINCT_GREEDY
+            if ok and probe:
+                forward_logits(model, ids + tokens)
+                ok = probe.min_gap() >= MIN_ROUTER_GAP
+            if ok:
                 break
             attempt += 1
             assert attempt < 50, f"{name}: no usable prompt of length {plen}"
         prompt_logits = forward_logits(model, ids)
+        prompt_counts = probe.counts() if probe else None
         full = ids + tokens
         # Logits at all positions of prompt + generated tokens: the greedy steps are rows
         # plen-1 .. plen+30 of this one forward (causal), so check consistency too.
         full_eager = forward_logits(model, full)
+        if probe:
+            routing["min_router_gap"] = min(routing["min_router_gap"], probe.min_gap())
+            for layer, counts in probe.counts().items():
+                use = routing["expert_use"].setdefault(layer, torch.zeros_like(counts))
+                use += counts
         assert torch.allclose(full_eager[plen - 1:plen - 1 + GREEDY_STEPS], step_logits, atol=1e-4)
         assert torch.allclose(full_eager[:plen], prompt_logits, atol=1e-4)
         full_sdpa = forward_logits(model_sdpa, full)
@@ -439,7 +613,36 @@ def record_prompts(v: dict, model, model_sdpa, ref64: "Float64Reference"):
             logits_tensor=f"prompt{i}.logits",
             greedy_logits_tensor=f"prompt{i}.greedy_logits",
         ))
-    return tensors, prompts, max_sdpa, max_f64, all_logits
+        if probe:
+            # How often each layer routed the prompt's tokens to each expert (dense layers: 0).
+            num_experts = next(iter(prompt_counts.values())).numel()
+            prompts[-1]["expert_counts"] = [
+                prompt_counts[l].tolist() if l in prompt_counts else [0] * num_experts
+                for l in range(model.config.num_hidden_layers)]
+    if routing:
+        routing["expert_use"] = {str(k): v.tolist()
+                                 for k, v in sorted(routing["expert_use"].items())}
+    return tensors, prompts, max_sdpa, max_f64, all_logits, routing
+
+
+def fused_expert_state(stored: dict) -> dict:
+    """The checkpoint's tensors under transformers' in-memory names: per-expert tensors (hub
+    layout) stacked into the fused [E, 2I, H] gate_up_proj and [E, H, I] down_proj."""
+    out = dict(stored)
+    layers = sorted({int(k.split(".")[2]) for k in stored if ".experts.0." in k})
+    for layer in layers:
+        p = f"model.layers.{layer}."
+        if p + "block_sparse_moe.gate.weight" in stored:
+            block, names = "block_sparse_moe", ("w1", "w3", "w2")
+        else:
+            block, names = "mlp", ("gate_proj", "up_proj", "down_proj")
+        num = 1 + max(int(k.split(".")[5]) for k in stored if k.startswith(f"{p}{block}.experts."))
+        part = [[out.pop(f"{p}{block}.experts.{e}.{n}.weight") for e in range(num)] for n in names]
+        out[p + "mlp.experts.gate_up_proj"] = torch.cat([torch.stack(part[0]),
+                                                         torch.stack(part[1])], dim=1)
+        out[p + "mlp.experts.down_proj"] = torch.stack(part[2])
+        out[p + "mlp.gate.weight"] = out.pop(f"{p}{block}.gate.weight")
+    return out
 
 
 def rewrite_legacy_config(folder: Path, overrides: dict) -> None:
@@ -458,6 +661,30 @@ def rewrite_legacy_config(folder: Path, overrides: dict) -> None:
     path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 
+def moe_facts(mc, stored: dict, routing: dict) -> dict:
+    """reference.json's model.moe: what the sparse blocks are and how the prompts used them."""
+    num_experts = getattr(mc, "num_local_experts", None) or mc.num_experts
+    sparse = sorted(int(k) for k in routing["expert_use"])
+    for layer, use in routing["expert_use"].items():
+        # Routing must not be degenerate: most experts used, none taking most of the traffic.
+        assert sum(1 for n in use if n > 0) >= num_experts - 1, (layer, use)
+        assert max(use) <= 0.5 * sum(use), (layer, use)
+    return dict(
+        num_experts=num_experts,
+        num_experts_per_tok=mc.num_experts_per_tok,
+        expert_intermediate_size=getattr(mc, "moe_intermediate_size", None) or mc.intermediate_size,
+        norm_topk_prob=bool(getattr(mc, "norm_topk_prob", True)),
+        shared_expert_intermediate_size=(getattr(mc, "shared_expert_intermediate_size", 0)
+                                         if any("shared_expert" in k for k in stored) else 0),
+        sparse_layers=sparse,
+        expert_layout="fused" if any(k.endswith("gate_up_proj") for k in stored) else "per_expert",
+        min_router_gap=routing["min_router_gap"],
+        router_gap_rule=(f"prompts redrawn until every token's router logits separate the last "
+                         f"chosen expert from the next by >= {MIN_ROUTER_GAP}"),
+        expert_use=routing["expert_use"],
+    )
+
+
 def build_variant(v: dict, out_root: Path) -> dict:
     name = v["name"]
     folder = out_root / name
@@ -474,7 +701,7 @@ def build_variant(v: dict, out_root: Path) -> dict:
     randomize(model, v["seed"], v["init"])
     # Round to the storage dtype before anything is computed; save exactly that.
     model = model.to(storage)
-    save_kwargs = {}
+    save_kwargs = dict(v.get("save_kwargs", {}))
     if v.get("max_shard_size"):
         save_kwargs["max_shard_size"] = v["max_shard_size"]
     model.save_pretrained(folder, **save_kwargs)
@@ -502,7 +729,7 @@ def build_variant(v: dict, out_root: Path) -> dict:
     for k, t in stored.items():
         assert t.dtype == storage, (k, t.dtype)
     sd = model.state_dict()
-    for k, t in stored.items():
+    for k, t in fused_expert_state(stored).items():
         assert torch.equal(sd[k], t.to(torch.float32)), k
     tied = bool(model.config.tie_word_embeddings)
     assert ("lm_head.weight" in stored) == (not tied)
@@ -511,7 +738,8 @@ def build_variant(v: dict, out_root: Path) -> dict:
 
     model_sdpa = load("sdpa")
     ref64 = Float64Reference.from_folder(folder)
-    assert getattr(model.config, "sliding_window", None) == ref64.window
+    # Qwen2-MoE's config class turns a disabled window into 0.
+    assert (getattr(model.config, "sliding_window", None) or None) == ref64.window
     if rope_params(model.config.to_dict())["rope_type"] == "llama3":
         # Make sure all three llama3 bands (kept, interpolated, divided) occur.
         ratio = ref64.inv_freq / rope_inv_freq({"rope_theta": model.config.rope_parameters["rope_theta"]},
@@ -522,7 +750,8 @@ def build_variant(v: dict, out_root: Path) -> dict:
     hf_inv_freq = model.model.rotary_emb.inv_freq.double()
     inv_freq_diff = float((hf_inv_freq - ref64.inv_freq).abs().max() / ref64.inv_freq.abs().max())
 
-    tensors, prompts, max_sdpa, max_f64, all_logits = record_prompts(v, model, model_sdpa, ref64)
+    tensors, prompts, max_sdpa, max_f64, all_logits, routing = record_prompts(
+        v, model, model_sdpa, ref64)
     save_file(tensors, str(folder / "reference.safetensors"), metadata={"format": "pt"})
 
     logits_std = float(torch.cat(all_logits).std())
@@ -589,6 +818,8 @@ def build_variant(v: dict, out_root: Path) -> dict:
         logits_std=logits_std,
     )
     ref["logits_max_abs"] = max_logit
+    if routing:
+        ref["model"]["moe"] = moe_facts(mc, stored, routing)
     (folder / "reference.json").write_text(json.dumps(ref, indent=2) + "\n")
     if max_sdpa > 1e-5 * max(1.0, max_logit):
         print(f"WARNING {name}: sdpa vs eager differ by {max_sdpa:.2e}", file=sys.stderr)

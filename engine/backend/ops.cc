@@ -1,0 +1,25 @@
+// The default bodies of the optional Ops (mixture-of-experts): a backend that has no kernels for
+// them reports SupportsMoe() false, so the loader refuses MoE models and these never run.
+#include "engine/backend/ops.h"
+
+#include "engine/common/logging.h"
+
+namespace loom {
+
+void Ops::MoeRoute(const MoeRouteArgs&) {
+  LOOM_CHECK(false, "MoeRoute on a backend without mixture-of-experts kernels");
+}
+
+void Ops::GatherRows(const float*, int64_t, const int32_t*, int32_t, int32_t, float*) {
+  LOOM_CHECK(false, "GatherRows on a backend without mixture-of-experts kernels");
+}
+
+void Ops::MoeInitOutput(const float*, const float*, int32_t, int32_t, float*) {
+  LOOM_CHECK(false, "MoeInitOutput on a backend without mixture-of-experts kernels");
+}
+
+void Ops::MoeScatterAdd(const float*, int32_t, int32_t, const int32_t*, const float*, float*) {
+  LOOM_CHECK(false, "MoeScatterAdd on a backend without mixture-of-experts kernels");
+}
+
+}  // namespace loom

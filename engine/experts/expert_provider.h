@@ -1,0 +1,44 @@
+// The one way the forward pass reaches an expert's weights (shared/ARCHITECTURE.md §4 "Expert
+// store"). A sparse layer asks the provider for each expert the step routes tokens to, computes
+// with the returned weights, and tells it when the step's forward pass is over.
+//
+// Today's implementation keeps every expert resident (ResidentExpertProvider: views into the
+// checkpoint's mapping). The expert store (residency tiers, asynchronous loads, a bounded cache)
+// implements the same interface, so the layers do not change when it lands:
+//   - Get may block until the expert is loaded, or fail (a read error): the step then fails as
+//     a whole (engine/api/executor.h, all or nothing).
+//   - What Get returns stays valid, and the expert may not be evicted, until EndStep.
+//   - Which experts a step uses is reported to the scheduler by the routing counts
+//     (StepResult), not through this interface; prefetch hints will come through the plan.
+//
+// Thread safety: called by the engine loop's thread only.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "engine/backend/ops.h"
+
+namespace loom {
+
+// One expert: a SiLU-gated MLP, down(silu(gate(x)) * up(x)).
+struct ExpertWeights {
+  LinearWeight gate;  // [expert_intermediate, hidden]
+  LinearWeight up;    // [expert_intermediate, hidden]
+  LinearWeight down;  // [hidden, expert_intermediate]
+};
+
+class ExpertProvider {
+ public:
+  virtual ~ExpertProvider() = default;
+
+  // The weights of expert `expert` of sparse layer `layer` (model layer index), usable by the
+  // backend's ops until EndStep. Callers pass only valid indices (a sparse layer, an expert below
+  // num_experts).
+  virtual absl::StatusOr<const ExpertWeights*> Get(int32_t layer, int32_t expert) = 0;
+
+  // The step's forward pass is over (or failed): what Get returned may now go away.
+  virtual void EndStep() {}
+};
+
+}  // namespace loom

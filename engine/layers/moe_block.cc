@@ -1,0 +1,70 @@
+#include "engine/layers/moe_block.h"
+
+#include "engine/common/status.h"
+
+namespace loom {
+namespace {
+
+// delta = sigmoid(gate logit) * shared_expert(normed).
+void SharedExpert(Ops& ops, const ModelConfig& c, const MoeLayerWeights& w, int32_t num_tokens,
+                  const float* normed, const LayerScratch& s, const MoeScratch& m, float* delta) {
+  const int32_t inter = c.moe.shared_expert_intermediate_size;
+  const LinearOutput gate_up[] = {{&w.shared_gate_proj, s.gate, inter},
+                                  {&w.shared_up_proj, s.up, inter},
+                                  {&w.shared_expert_gate, m.shared_gate_logits, 1}};
+  ops.Linear(normed, c.hidden_size, num_tokens, gate_up);
+  ops.SiluMul(s.gate, s.up, num_tokens, inter, s.gate);
+  const LinearOutput down[] = {{&w.shared_down_proj, delta, c.hidden_size}};
+  ops.Linear(s.gate, inter, num_tokens, down);
+  ops.MoeInitOutput(delta, m.shared_gate_logits, num_tokens, c.hidden_size, delta);
+}
+
+}  // namespace
+
+absl::Status MoeBlock(Ops& ops, const ModelConfig& c, const MoeLayerWeights& w, int32_t layer,
+                      ExpertProvider& experts, int32_t num_tokens, const float* normed,
+                      const LayerScratch& s, const MoeScratch& m, int32_t* expert_ids,
+                      float* delta) {
+  const int32_t num_experts = c.moe.num_experts;
+  const int32_t hidden = c.hidden_size;
+  const LinearOutput router[] = {{&w.router, m.router_logits, num_experts}};
+  ops.Linear(normed, hidden, num_tokens, router);
+  MoeRouteArgs route;
+  route.logits = m.router_logits;
+  route.logits_stride = num_experts;
+  route.num_tokens = num_tokens;
+  route.num_experts = num_experts;
+  route.top_k = c.moe.num_experts_per_tok;
+  route.renormalize = c.moe.norm_topk_prob;
+  route.expert_ids = expert_ids;
+  route.expert_weights = m.expert_weights;
+  route.expert_offsets = m.expert_offsets;
+  route.grouped_tokens = m.grouped_tokens;
+  route.grouped_weights = m.grouped_weights;
+  ops.MoeRoute(route);
+
+  if (c.moe.shared_expert_intermediate_size > 0) {
+    SharedExpert(ops, c, w, num_tokens, normed, s, m, delta);
+  } else {
+    ops.MoeInitOutput(nullptr, nullptr, num_tokens, hidden, delta);
+  }
+  const int32_t inter = c.moe.expert_intermediate_size;
+  for (int32_t e = 0; e < num_experts; ++e) {
+    // Host-readable right after MoeRoute (Ops::SupportsMoe).
+    const int32_t first = m.expert_offsets[e];
+    const int32_t rows = m.expert_offsets[e + 1] - first;
+    if (rows == 0) continue;
+    LOOM_ASSIGN_OR_RETURN(const ExpertWeights* expert, experts.Get(layer, e));
+    ops.GatherRows(normed, hidden, m.grouped_tokens + first, rows, hidden, m.gathered);
+    const LinearOutput gate_up[] = {{&expert->gate, s.gate, inter}, {&expert->up, s.up, inter}};
+    ops.Linear(m.gathered, hidden, rows, gate_up);
+    ops.SiluMul(s.gate, s.up, rows, inter, s.gate);
+    const LinearOutput down[] = {{&expert->down, m.expert_out, hidden}};
+    ops.Linear(s.gate, inter, rows, down);
+    ops.MoeScatterAdd(m.expert_out, rows, hidden, m.grouped_tokens + first,
+                      m.grouped_weights + first, delta);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace loom
