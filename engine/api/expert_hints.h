@@ -42,4 +42,33 @@ struct ExpertPrefetchHint {
 // What a step plan carries: hints, most urgent first, each key at most once.
 using ExpertPrefetchHints = std::vector<ExpertPrefetchHint>;
 
+// How much the policy wants a resident expert kept (higher = keep longer). The engine's expert
+// store evicts the lowest-scored unpinned expert; the activation policy scores by predicted
+// future use, LRU by recency, LFU by use count, so the store evicts what the policy would.
+struct ExpertScore {
+  ExpertKey key;
+  double score = 0.0;
+};
+using ExpertScores = std::vector<ExpertScore>;
+
+// The engine's expert cache, cumulative since start (StepResult::expert_cache). A prefetch is
+// used when a step needed the expert it loaded before it was evicted, wasted when evicted unused,
+// cancelled when a newer hint list replaced it before its load started, dropped when no slot
+// could take it.
+struct ExpertCacheCounters {
+  int32_t slots = 0;     // experts the fast tier holds
+  int32_t resident = 0;  // experts in it now
+  int64_t slot_bytes = 0;
+  int64_t hits = 0;
+  int64_t misses = 0;
+  int64_t evictions = 0;
+  int64_t prefetches_issued = 0;
+  int64_t prefetches_used = 0;
+  int64_t prefetches_wasted = 0;
+  int64_t prefetches_cancelled = 0;
+  int64_t prefetches_dropped = 0;
+  int64_t bytes_loaded = 0;
+  double load_seconds = 0;
+};
+
 }  // namespace loom

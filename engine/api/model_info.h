@@ -57,6 +57,11 @@ struct KvCapacity {
   // Most tokens one step may compute, and most sequences one step may hold.
   int32_t max_num_batched_tokens = 0;
   int32_t max_num_seqs = 0;
+  // Mixture-of-experts models: experts the fast tier holds at once when experts live behind an
+  // expert cache (EngineConfig::expert_cache_bytes), and the bytes of one; 0 when every expert
+  // stays resident (or the model is dense).
+  int32_t expert_cache_slots = 0;
+  int64_t expert_slot_bytes = 0;
 };
 
 }  // namespace loom

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/api/expert_hints.h"
 #include "engine/api/ids.h"
 #include "engine/api/sampling_params.h"
 
@@ -109,6 +110,16 @@ struct StepPlan {
   // Mixture-of-experts models: report which experts each layer routed each sequence's tokens
   // to (SequenceOutput::expert_counts). Off, nothing is counted; ignored by dense models.
   bool report_expert_routing = false;
+  // Mixture-of-experts models with an expert cache (KvCapacity::expert_cache_slots > 0), from the
+  // scheduler's expert policy (engine/api/expert_hints.h):
+  //   expert_scores    how much to keep each expert; replaces the previous scores when non-empty
+  //                    (experts not named score 0). Applied before the step's forward pass.
+  //   expert_prefetch  loads to start after the step's forward pass, most urgent first; replaces
+  //                    the hints not yet started (stale ones are cancelled). A prefetch only
+  //                    takes a free slot or evicts an expert scored below its urgency.
+  // The engine serves the step's own needs first (on demand) whatever they say.
+  ExpertScores expert_scores;
+  ExpertPrefetchHints expert_prefetch;
 };
 
 // A token with its log-probability (natural log, from the raw model distribution).
@@ -160,6 +171,8 @@ struct StepResult {
   std::vector<SequenceOutput> outputs;
   int32_t num_tokens_computed = 0;
   StepTimings timings;
+  // Mixture-of-experts models with an expert cache: its counters after this step.
+  ExpertCacheCounters expert_cache;
 };
 
 }  // namespace loom

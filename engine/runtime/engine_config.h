@@ -53,8 +53,17 @@ struct EngineConfig {
   // integer dot products (several times faster for 4- to 6-bit weights; ~0.5-0.8 % relative
   // error per output, see kernels/cpu/matmul.h) instead of keeping them f32.
   bool int8_activations = false;
-  // Fault the weights into memory at load, so the first step is not slowed by page faults.
+  // Fault the weights into memory at load, so the first step is not slowed by page faults (with
+  // an expert cache, every weight but the routed experts').
   bool populate_weights = true;
+  // Mixture-of-experts models: RAM for the expert cache. 0 keeps every expert resident in the
+  // checkpoint's mapping. Above 0, routed experts live in the checkpoint file and this many bytes
+  // of slots hold the hot ones (engine/experts/expert_store.h), loaded on demand or ahead of need
+  // from the plan's prefetch hints; the model's other weights stay mapped. CPU backend only.
+  int64_t expert_cache_bytes = 0;
+  // Read experts with O_DIRECT where the file system allows it (else read, then drop the range
+  // from the page cache).
+  bool expert_direct_io = true;
   // CUDA: the device ordinal.
   int device = 0;
   // CUDA: the fraction of the device's memory loom may use in all (weights, activations,
