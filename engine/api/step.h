@@ -114,9 +114,10 @@ struct StepPlan {
   // scheduler's expert policy (engine/api/expert_hints.h):
   //   expert_scores    how much to keep each expert; replaces the previous scores when non-empty
   //                    (experts not named score 0). Applied before the step's forward pass.
-  //   expert_prefetch  loads to start after the step's forward pass, most urgent first; replaces
-  //                    the hints not yet started (stale ones are cancelled). A prefetch only
-  //                    takes a free slot or evicts an expert scored below its urgency.
+  //   expert_prefetch  loads to start as the step's forward pass starts (they proceed while it
+  //                    runs), most urgent first; replaces the hints not yet started (stale ones
+  //                    are cancelled). A prefetch only takes a free slot or evicts an expert
+  //                    scored below its urgency.
   // The engine serves the step's own needs first (on demand) whatever they say.
   ExpertScores expert_scores;
   ExpertPrefetchHints expert_prefetch;

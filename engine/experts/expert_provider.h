@@ -7,7 +7,8 @@
 // implements the same interface, so the layers do not change when it lands:
 //   - Get may block until the expert is loaded, or fail (a read error): the step then fails as
 //     a whole (engine/api/executor.h, all or nothing).
-//   - What Get returns stays valid, and the expert may not be evicted, until EndStep.
+//   - What Get returns stays valid, and the expert may not be evicted, until Done (for that
+//     expert) or EndStep.
 //   - Which experts a step uses is reported to the scheduler by the routing counts
 //     (StepResult), not through this interface; prefetch hints will come through the plan.
 //
@@ -15,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "absl/status/statusor.h"
 #include "engine/backend/ops.h"
@@ -36,6 +38,21 @@ class ExpertProvider {
   // backend's ops until EndStep. Callers pass only valid indices (a sparse layer, an expert below
   // num_experts).
   virtual absl::StatusOr<const ExpertWeights*> Get(int32_t layer, int32_t expert) = 0;
+
+  // Sparse layer `layer` is about to Get `experts`, in this order (the experts its tokens were
+  // routed to). A provider with a cache may start loading them.
+  virtual void WillUse(int32_t layer, std::span<const int32_t> experts) {
+    (void)layer;
+    (void)experts;
+  }
+
+  // The layer is done with the expert: every op that reads it has been queued. A provider may
+  // reuse its memory once that work has completed (at once on a backend whose ops run
+  // synchronously, the CPU's; after the backend's next synchronization otherwise).
+  virtual void Done(int32_t layer, int32_t expert) {
+    (void)layer;
+    (void)expert;
+  }
 
   // The step's forward pass is over (or failed): what Get returned may now go away.
   virtual void EndStep() {}

@@ -46,47 +46,73 @@ int64_t ReadFully(int fd, uint8_t* dst, int64_t pos, int64_t len) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Create(
-    const std::string& path, std::vector<ExpertLocation> experts,
+    const std::vector<std::string>& paths, std::vector<ExpertLocation> experts,
     const ExpertStoreOptions& options) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::NotFoundError(StrCat(path, ": ", std::strerror(errno)));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return absl::InvalidArgumentError(StrCat(path, ": not a regular file"));
+  std::vector<int> fds, direct_fds;
+  auto close_all = [&] {
+    for (int fd : fds) ::close(fd);
+    for (int fd : direct_fds) {
+      if (fd >= 0) ::close(fd);
+    }
+  };
+  std::vector<int64_t> file_bytes;
+  for (const std::string& path : paths) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      const std::string error = std::strerror(errno);
+      close_all();
+      return absl::NotFoundError(StrCat(path, ": ", error));
+    }
+    fds.push_back(fd);
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      close_all();
+      return absl::InvalidArgumentError(StrCat(path, ": not a regular file"));
+    }
+    file_bytes.push_back(st.st_size);
+    direct_fds.push_back(options.direct_io ? ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT)
+                                           : -1);
   }
-  const int64_t file_bytes = st.st_size;
   int64_t slot_bytes = kPage;
   absl::flat_hash_map<ExpertKey, Entry> entries;
   for (ExpertLocation& location : experts) {
     Entry entry;
     int64_t cursor = 0;
     for (const ExpertPart& part : location.parts) {
-      if (part.offset < 0 || part.bytes <= 0 || part.offset > file_bytes - part.bytes) {
-        ::close(fd);
-        return absl::DataLossError(StrCat(path, ": expert ", KeyText(location.key), " needs bytes [",
-                                          part.offset, ", ", part.offset + part.bytes,
-                                          ") of a file of ", file_bytes, " bytes"));
+      if (part.file < 0 || part.file >= static_cast<int32_t>(paths.size())) {
+        close_all();
+        return absl::InvalidArgumentError(
+            StrCat("expert ", KeyText(location.key), " names file ", part.file, " of ",
+                   paths.size()));
+      }
+      const int64_t size = file_bytes[static_cast<size_t>(part.file)];
+      if (part.offset < 0 || part.bytes <= 0 || part.offset > size - part.bytes) {
+        close_all();
+        return absl::DataLossError(StrCat(paths[static_cast<size_t>(part.file)], ": expert ",
+                                          KeyText(location.key), " needs bytes [", part.offset,
+                                          ", ", part.offset + part.bytes, ") of a file of ", size,
+                                          " bytes"));
       }
       entry.part_offsets.push_back(cursor + part.offset % kPage);
       cursor += RoundUp(part.offset % kPage + part.bytes, kPage);
     }
     if (location.parts.empty()) {
-      ::close(fd);
+      close_all();
       return absl::InvalidArgumentError(StrCat("expert ", KeyText(location.key), " has no parts"));
     }
     slot_bytes = std::max(slot_bytes, cursor);
     const ExpertKey key = location.key;
     entry.location = std::move(location);
     if (!entries.emplace(key, std::move(entry)).second) {
-      ::close(fd);
+      close_all();
       return absl::InvalidArgumentError(StrCat("expert ", KeyText(key), " is listed twice"));
     }
   }
   const int32_t num_slots = static_cast<int32_t>(std::clamp<int64_t>(
-      options.budget_bytes / slot_bytes, 1, std::max<int64_t>(1, static_cast<int64_t>(entries.size()))));
-  const int direct_fd = options.direct_io ? ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT) : -1;
-  auto store = std::unique_ptr<ExpertStore>(new ExpertStore(fd, direct_fd, slot_bytes, num_slots));
+      options.budget_bytes / slot_bytes, 1,
+      std::max<int64_t>(1, static_cast<int64_t>(entries.size()))));
+  auto store = std::unique_ptr<ExpertStore>(
+      new ExpertStore(std::move(fds), std::move(direct_fds), slot_bytes, num_slots));
   if (store->slots_ == nullptr) {
     return absl::ResourceExhaustedError(
         StrCat("cannot allocate ", num_slots, " expert slots of ", slot_bytes, " bytes"));
@@ -96,14 +122,16 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Create(
   return store;
 }
 
-ExpertStore::ExpertStore(int fd, int direct_fd, int64_t slot_bytes, int32_t num_slots)
-    : fd_(fd), direct_fd_(direct_fd), slot_bytes_(slot_bytes) {
+ExpertStore::ExpertStore(std::vector<int> fds, std::vector<int> direct_fds, int64_t slot_bytes,
+                         int32_t num_slots)
+    : fds_(std::move(fds)), direct_fds_(std::move(direct_fds)), slot_bytes_(slot_bytes) {
   slots_ = static_cast<uint8_t*>(
       std::aligned_alloc(kPage, static_cast<size_t>(slot_bytes * num_slots)));
   slot_owner_.resize(static_cast<size_t>(num_slots));
   slot_used_.assign(static_cast<size_t>(num_slots), false);
   stats_.num_slots = num_slots;
-  stats_.direct_io = direct_fd >= 0;
+  stats_.direct_io =
+      std::any_of(direct_fds_.begin(), direct_fds_.end(), [](int fd) { return fd >= 0; });
 }
 
 ExpertStore::~ExpertStore() {
@@ -114,8 +142,10 @@ ExpertStore::~ExpertStore() {
   cv_.notify_all();
   if (loader_.joinable()) loader_.join();
   std::free(slots_);
-  if (direct_fd_ >= 0) ::close(direct_fd_);
-  ::close(fd_);
+  for (int fd : direct_fds_) {
+    if (fd >= 0) ::close(fd);
+  }
+  for (int fd : fds_) ::close(fd);
 }
 
 absl::StatusOr<ExpertBytes> ExpertStore::Acquire(ExpertKey key) {
@@ -124,6 +154,11 @@ absl::StatusOr<ExpertBytes> ExpertStore::Acquire(ExpertKey key) {
   if (it == entries_.end()) return absl::NotFoundError(StrCat("no expert ", KeyText(key)));
   Entry& e = it->second;
   bool counted = false;
+  if (e.preloaded) {
+    ++stats_.misses;
+    e.preloaded = false;
+    counted = true;
+  }
   for (;;) {
     if (e.state == State::kResident) {
       if (!counted) ++stats_.hits;
@@ -149,13 +184,32 @@ absl::StatusOr<ExpertBytes> ExpertStore::Acquire(ExpertKey key) {
       demand_.push_back(key);
       cv_.notify_all();
     }
+    ++e.waiters;
     loaded_cv_.wait(lock, [&] {
-      return e.state == State::kResident || (e.state == State::kHome && !e.error.ok()) ||
-             stopping_;
+      return e.state == State::kResident || e.state == State::kHome || stopping_;
     });
+    --e.waiters;
     if (stopping_) return absl::CancelledError("the expert store is stopping");
-    if (e.state == State::kHome) return e.error;
+    if (e.state == State::kHome && !e.error.ok()) return e.error;
+    // Resident: pinned at the top of the loop. Home without an error cannot happen while this
+    // call waits (a waited-for expert is never evicted), but would simply be queued again.
   }
+}
+
+void ExpertStore::Preload(ExpertKey key) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(key);
+    if (it == entries_.end()) return;
+    Entry& e = it->second;
+    if (e.state != State::kHome && !(e.state == State::kQueued && !e.demanded)) return;
+    e.state = State::kQueued;
+    e.demanded = true;
+    e.preloaded = true;
+    e.error = absl::OkStatus();
+    demand_.push_back(key);
+  }
+  cv_.notify_all();
 }
 
 void ExpertStore::Release(ExpertKey key) {
@@ -220,7 +274,10 @@ int32_t ExpertStore::TakeSlot(double victim_score_below) {
   Entry* victim = nullptr;
   for (size_t i = 0; i < slot_owner_.size(); ++i) {
     Entry& e = entries_[slot_owner_[i]];
-    if (e.state != State::kResident || e.pins > 0 || !(e.score < victim_score_below)) continue;
+    if (e.state != State::kResident || e.pins > 0 || e.waiters > 0 ||
+        !(e.score < victim_score_below)) {
+      continue;
+    }
     if (victim == nullptr || e.score < victim->score ||
         (e.score == victim->score && e.last_use < victim->last_use)) {
       victim = &e;
@@ -298,34 +355,36 @@ void ExpertStore::LoaderLoop() {
 absl::Status ExpertStore::ReadInto(const Entry& entry, uint8_t* slot) {
   for (size_t i = 0; i < entry.location.parts.size(); ++i) {
     const ExpertPart& part = entry.location.parts[i];
+    const size_t file = static_cast<size_t>(part.file);
     const int64_t in_page = part.offset % kPage;
     uint8_t* chunk = slot + entry.part_offsets[i] - in_page;
     const int64_t need = in_page + part.bytes;
     int64_t got = -EINVAL;
-    if (direct_fd_ >= 0) {
+    if (direct_fds_[file] >= 0) {
       // Whole pages into the page-aligned chunk; the last may run past the end of the file.
-      got = ReadFully(direct_fd_, chunk, part.offset - in_page, RoundUp(need, kPage));
+      got = ReadFully(direct_fds_[file], chunk, part.offset - in_page, RoundUp(need, kPage));
       if (got == -EINVAL) {
         LOOM_LOG(kWarning, "O_DIRECT reads are refused here; expert reads go through the page "
                  "cache and drop it afterwards");
-        ::close(direct_fd_);
-        direct_fd_ = -1;
+        ::close(direct_fds_[file]);
+        direct_fds_[file] = -1;
         std::lock_guard<std::mutex> lock(mu_);
-        stats_.direct_io = false;
+        stats_.direct_io = std::any_of(direct_fds_.begin(), direct_fds_.end(),
+                                       [](int fd) { return fd >= 0; });
       }
     }
-    if (direct_fd_ < 0) {
-      got = ReadFully(fd_, chunk + in_page, part.offset, part.bytes);
+    if (direct_fds_[file] < 0) {
+      got = ReadFully(fds_[file], chunk + in_page, part.offset, part.bytes);
       if (got >= 0) got += in_page;
-      (void)::posix_fadvise(fd_, part.offset, part.bytes, POSIX_FADV_DONTNEED);
+      (void)::posix_fadvise(fds_[file], part.offset, part.bytes, POSIX_FADV_DONTNEED);
     }
     if (got < 0) {
-      return absl::DataLossError(
-          StrCat("reading expert ", KeyText(entry.location.key), ": ", std::strerror(static_cast<int>(-got))));
+      return absl::DataLossError(StrCat("reading expert ", KeyText(entry.location.key), ": ",
+                                        std::strerror(static_cast<int>(-got))));
     }
     if (got < need) {
-      return absl::DataLossError(StrCat("reading expert ", KeyText(entry.location.key), ": the file ended ",
-                                        need - got, " bytes early"));
+      return absl::DataLossError(StrCat("reading expert ", KeyText(entry.location.key),
+                                        ": the file ended ", need - got, " bytes early"));
     }
   }
   return absl::OkStatus();

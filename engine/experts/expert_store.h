@@ -44,8 +44,9 @@
 
 namespace loom {
 
-// One contiguous byte range of an expert in the checkpoint file.
+// One contiguous byte range of an expert in one of the checkpoint's files.
 struct ExpertPart {
+  int32_t file = 0;  // index into the paths given to Create
   int64_t offset = 0;
   int64_t bytes = 0;
 };
@@ -89,9 +90,10 @@ struct ExpertBytes {
 
 class ExpertStore {
  public:
-  // Opens `path` read-only and checks every location lies inside the file (DataLoss naming the
-  // expert otherwise). A key may appear once. The fast tier is allocated here.
-  static absl::StatusOr<std::unique_ptr<ExpertStore>> Create(const std::string& path,
+  // Opens `paths` (the checkpoint's files; a part names one by index) read-only and checks every
+  // location lies inside its file (DataLoss naming the expert otherwise). A key may appear once.
+  // The fast tier is allocated here.
+  static absl::StatusOr<std::unique_ptr<ExpertStore>> Create(const std::vector<std::string>& paths,
                                                              std::vector<ExpertLocation> experts,
                                                              const ExpertStoreOptions& options);
   ~ExpertStore();
@@ -103,6 +105,12 @@ class ExpertStore {
   // pinned; DataLoss when the read fails.
   absl::StatusOr<ExpertBytes> Acquire(ExpertKey key);
   void Release(ExpertKey key);
+
+  // Starts loading `key` at on-demand priority without pinning it, ahead of an Acquire the caller
+  // is about to make (e.g. the next expert of a layer while the current one computes). That
+  // Acquire counts a miss (the cache did not hold the expert when the step needed it) but waits
+  // less. Resident, loading or unknown keys are left alone.
+  void Preload(ExpertKey key);
 
   // Replaces the queue of prefetches not yet started with `keys` (most urgent first); keys
   // already resident or loading, and unknown keys, are skipped. A prefetch takes a free slot or
@@ -125,22 +133,26 @@ class ExpertStore {
     State state = State::kHome;
     int32_t slot = -1;
     int32_t pins = 0;
+    int32_t waiters = 0;  // Acquire calls waiting for it: not evictable, as if pinned
     uint64_t last_use = 0;
     double score = 0;
     bool from_prefetch = false;  // resident or loading because of a prefetch, not yet used
-    bool demanded = false;       // an Acquire waits for it
+    bool demanded = false;       // an Acquire waits for it, or a Preload asked for it
+    bool preloaded = false;      // a Preload asked for it; the next Acquire counts the miss
     absl::Status error;          // the last load's failure, reported to its waiters
   };
 
-  ExpertStore(int fd, int direct_fd, int64_t slot_bytes, int32_t num_slots);
+  ExpertStore(std::vector<int> fds, std::vector<int> direct_fds, int64_t slot_bytes,
+              int32_t num_slots);
   void LoaderLoop();
   // Under mu_: a free slot, or one freed by evicting the lowest-scored unpinned expert whose
   // score is below `victim_score_below`; -1 when there is none.
   int32_t TakeSlot(double victim_score_below);
   absl::Status ReadInto(const Entry& entry, uint8_t* slot);
 
-  const int fd_;
-  int direct_fd_;  // -1 when O_DIRECT is unavailable (or failed once); the loader's only
+  const std::vector<int> fds_;
+  // Per file: -1 when O_DIRECT is unavailable (or failed once). The loader's only.
+  std::vector<int> direct_fds_;
   const int64_t slot_bytes_;
   uint8_t* slots_ = nullptr;
   std::vector<ExpertKey> slot_owner_;

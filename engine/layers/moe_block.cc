@@ -49,8 +49,14 @@ absl::Status MoeBlock(Ops& ops, const ModelConfig& c, const MoeLayerWeights& w, 
     ops.MoeInitOutput(nullptr, nullptr, num_tokens, hidden, delta);
   }
   const int32_t inter = c.moe.expert_intermediate_size;
+  // Host-readable right after MoeRoute (Ops::SupportsMoe).
+  int32_t used[kMaxMoeExperts];
+  int32_t num_used = 0;
+  for (int32_t e = 0; e < num_experts && num_used < kMaxMoeExperts; ++e) {
+    if (m.expert_offsets[e + 1] > m.expert_offsets[e]) used[num_used++] = e;
+  }
+  experts.WillUse(layer, std::span<const int32_t>(used, static_cast<size_t>(num_used)));
   for (int32_t e = 0; e < num_experts; ++e) {
-    // Host-readable right after MoeRoute (Ops::SupportsMoe).
     const int32_t first = m.expert_offsets[e];
     const int32_t rows = m.expert_offsets[e + 1] - first;
     if (rows == 0) continue;
@@ -63,6 +69,7 @@ absl::Status MoeBlock(Ops& ops, const ModelConfig& c, const MoeLayerWeights& w, 
     ops.Linear(s.gate, inter, rows, down);
     ops.MoeScatterAdd(m.expert_out, rows, hidden, m.grouped_tokens + first,
                       m.grouped_weights + first, delta);
+    experts.Done(layer, e);
   }
   return absl::OkStatus();
 }

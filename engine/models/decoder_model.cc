@@ -10,11 +10,9 @@
 
 namespace loom {
 
-absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Create(const ModelConfig& config,
-                                                                   DecoderWeights weights,
-                                                                   Backend& backend,
-                                                                   int32_t max_num_tokens,
-                                                                   int32_t max_logit_rows) {
+absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Create(
+    const ModelConfig& config, DecoderWeights weights, Backend& backend, int32_t max_num_tokens,
+    int32_t max_logit_rows, std::unique_ptr<ExpertProvider> experts) {
   if (config.is_moe() && !backend.ops().SupportsMoe()) {
     return absl::UnimplementedError(StrCat("the ", backend.name(),
                                            " backend does not run mixture-of-experts models (",
@@ -24,8 +22,10 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Create(const ModelCo
       new DecoderModel(config, std::move(weights), backend, max_num_tokens, max_logit_rows));
   LOOM_RETURN_IF_ERROR(model->Allocate());
   if (config.is_moe()) {
-    model->experts_ = std::make_unique<ResidentExpertProvider>(model->weights_.experts,
-                                                               config.moe.num_experts);
+    model->experts_ = experts != nullptr
+                          ? std::move(experts)
+                          : std::make_unique<ResidentExpertProvider>(model->weights_.experts,
+                                                                     config.moe.num_experts);
   }
   return model;
 }

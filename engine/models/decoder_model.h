@@ -34,11 +34,11 @@ namespace loom {
 
 class DecoderModel {
  public:
-  static absl::StatusOr<std::unique_ptr<DecoderModel>> Create(const ModelConfig& config,
-                                                              DecoderWeights weights,
-                                                              Backend& backend,
-                                                              int32_t max_num_tokens,
-                                                              int32_t max_logit_rows);
+  // `experts` reaches a mixture-of-experts model's routed experts; null keeps them all resident
+  // (ResidentExpertProvider over `weights`).
+  static absl::StatusOr<std::unique_ptr<DecoderModel>> Create(
+      const ModelConfig& config, DecoderWeights weights, Backend& backend, int32_t max_num_tokens,
+      int32_t max_logit_rows, std::unique_ptr<ExpertProvider> experts = nullptr);
 
   const ModelConfig& config() const { return config_; }
   int32_t max_num_tokens() const { return max_num_tokens_; }

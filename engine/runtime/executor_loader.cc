@@ -8,6 +8,7 @@
 #include "engine/common/logging.h"
 #include "engine/common/status.h"
 #include "engine/common/strings.h"
+#include "engine/experts/stored_experts.h"
 #include "engine/models/architecture.h"
 #include "engine/runtime/local_executor.h"
 
@@ -125,7 +126,8 @@ absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(const Engin
     LOOM_ASSIGN_OR_RETURN(model_config, LoadModelConfig(config.model_dir, nullptr));
   }
   MapOptions map_options;
-  map_options.populate = config.populate_weights;
+  // With an expert cache the routed experts stay in the file: nothing is faulted in at load.
+  map_options.populate = config.populate_weights && config.expert_cache_bytes == 0;
   LOOM_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::Open(config.model_dir, map_options));
   ex->checkpoint_ = std::make_unique<Checkpoint>(std::move(checkpoint));
   if (gguf) {
@@ -175,10 +177,36 @@ absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(const Engin
   }
   ex->sampler_scratch_.resize(ex->host_pool_->num_threads());
 
+  std::unique_ptr<ExpertProvider> experts;
+  if (model_config.is_moe() && config.expert_cache_bytes > 0) {
+    if (ex->checkpoint_ == nullptr || dynamic_cast<CpuBackend*>(ex->backend_.get()) == nullptr) {
+      return absl::UnimplementedError(
+          StrCat("an expert cache runs on the cpu backend only, not ", ex->backend_->name()));
+    }
+    ExpertStoreOptions store_options;
+    store_options.budget_bytes = config.expert_cache_bytes;
+    store_options.direct_io = config.expert_direct_io;
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<StoredExpertProvider> stored,
+                          StoredExpertProvider::Create(weights.experts,
+                                                       model_config.moe.num_experts,
+                                                       *ex->checkpoint_, store_options));
+    ex->expert_store_ = &stored->store();
+    const ExpertStoreStats stats = ex->expert_store_->Stats();
+    ex->capacity_.expert_cache_slots = stats.num_slots;
+    ex->capacity_.expert_slot_bytes = ex->expert_store_->slot_bytes();
+    LOOM_LOG(kInfo, "expert cache: ", stats.num_slots, " slots of ",
+             ex->expert_store_->slot_bytes() >> 10, " KiB (", config.expert_cache_bytes >> 10,
+             " KiB budget) for ", model_config.moe.num_experts, " experts x ",
+             std::count(model_config.layer_sparse.begin(), model_config.layer_sparse.end(), true),
+             " sparse layers; reads ", stats.direct_io ? "bypass" : "go through",
+             " the page cache");
+    experts = std::move(stored);
+  }
   const int32_t max_tokens = config.max_num_batched_tokens;
-  LOOM_ASSIGN_OR_RETURN(ex->model_, DecoderModel::Create(model_config, std::move(weights),
-                                                         *ex->backend_, max_tokens,
-                                                         std::min(config.max_logit_rows, max_tokens)));
+  LOOM_ASSIGN_OR_RETURN(ex->model_,
+                        DecoderModel::Create(model_config, std::move(weights), *ex->backend_,
+                                             max_tokens, std::min(config.max_logit_rows, max_tokens),
+                                             std::move(experts)));
   ex->rope_ = std::make_unique<RopeTable>(model_config.rope, model_config.head_dim);
   const int32_t blocks_per_seq =
       (ex->info_.max_context_len + config.block_size - 1) / config.block_size;

@@ -57,7 +57,9 @@ absl::StatusOr<StepResult> LocalExecutor::Run(const StepPlan& plan,
   result.num_tokens_computed = batch.num_tokens - num_padding;
   result.timings.prepare_ms = MillisSince(start);
   const auto forward_start = std::chrono::steady_clock::now();
+  if (expert_store_ != nullptr) ApplyExpertHints(plan);
   LOOM_RETURN_IF_ERROR(model_->Forward(batch, *kv_, graph_batch > 0 ? graph_batch : -1));
+  if (expert_store_ != nullptr) result.expert_cache = ExpertCounters();
   LOOM_RETURN_IF_ERROR(backend_->Synchronize());
   if (fault_injector_) LOOM_RETURN_IF_ERROR(fault_injector_(plan.step_id));
   if (plan.report_expert_routing && info_.num_experts > 0) CountExpertRouting(result.outputs);
@@ -414,6 +416,41 @@ void LocalExecutor::ProcessLogitRow(const LogitRequest& request, float* logits,
   SampleResult sampled = Sample(row, input, scratch);
   output.token_id = sampled.token_id;
   if (sampled.logprobs) output.logprobs.push_back(std::move(*sampled.logprobs));
+}
+
+void LocalExecutor::ApplyExpertHints(const StepPlan& plan) {
+  if (!plan.expert_scores.empty()) {
+    std::vector<std::pair<ExpertKey, double>> scores;
+    scores.reserve(plan.expert_scores.size());
+    for (const ExpertScore& s : plan.expert_scores) scores.emplace_back(s.key, s.score);
+    expert_store_->SetScores(scores);
+  }
+  if (!plan.expert_prefetch.empty()) {
+    // Loaded while the forward pass runs; the step's own (on-demand) loads go first.
+    std::vector<ExpertKey> keys;
+    keys.reserve(plan.expert_prefetch.size());
+    for (const ExpertPrefetchHint& h : plan.expert_prefetch) keys.push_back(h.key);
+    expert_store_->Prefetch(keys);
+  }
+}
+
+ExpertCacheCounters LocalExecutor::ExpertCounters() const {
+  const ExpertStoreStats s = expert_store_->Stats();
+  ExpertCacheCounters c;
+  c.slots = s.num_slots;
+  c.resident = s.resident;
+  c.slot_bytes = expert_store_->slot_bytes();
+  c.hits = s.hits;
+  c.misses = s.misses;
+  c.evictions = s.evictions;
+  c.prefetches_issued = s.prefetches_issued;
+  c.prefetches_used = s.prefetches_used;
+  c.prefetches_wasted = s.prefetches_wasted;
+  c.prefetches_cancelled = s.prefetches_cancelled;
+  c.prefetches_dropped = s.prefetches_dropped;
+  c.bytes_loaded = s.bytes_loaded;
+  c.load_seconds = s.load_seconds;
+  return c;
 }
 
 }  // namespace loom

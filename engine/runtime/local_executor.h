@@ -31,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "engine/api/executor.h"
 #include "engine/backend/backend.h"
+#include "engine/experts/expert_store.h"
 #include "engine/kv/kv_pool.h"
 #include "engine/layers/rope_table.h"
 #include "engine/models/decoder_model.h"
@@ -142,6 +143,9 @@ class LocalExecutor final : public Executor {
   const Sequence* PartialBlockOwner(int32_t block) const;
   // Fills each output's expert_counts from the model's routing of the step's rows.
   void CountExpertRouting(std::vector<SequenceOutput>& outputs);
+  // The plan's expert scores and prefetch hints, to the expert store (expert cache only).
+  void ApplyExpertHints(const StepPlan& plan);
+  ExpertCacheCounters ExpertCounters() const;
   void CollectLogitRequests();
   void RunLogitRequests(std::vector<SequenceOutput>& outputs);
   void ProcessLogitRow(const LogitRequest& request, float* logits, SamplerScratch& scratch,
@@ -153,6 +157,9 @@ class LocalExecutor final : public Executor {
   std::unique_ptr<Checkpoint> checkpoint_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<DecoderModel> model_;
+  // The expert store behind the model's expert provider, when an expert cache is on (owned by
+  // the provider, which the model owns); null otherwise.
+  ExpertStore* expert_store_ = nullptr;
   std::unique_ptr<KvPool> kv_;
   std::unique_ptr<RopeTable> rope_;
   // Threads for sampling: the CPU backend's pool, or an own one for other backends.

@@ -105,6 +105,8 @@ class SafetensorsFile {
 
   // Size of the whole file, and of the 8-byte length plus the JSON header before the data.
   int64_t file_bytes() const { return file_bytes_; }
+  // The start of the file's mapping: a tensor's `data` minus this is its offset in the file.
+  const void* mapping() const { return mapping_; }
   int64_t data_offset() const { return data_offset_; }
 
  private:

@@ -44,7 +44,7 @@ class ExpertFile {
           std::string data(static_cast<size_t>(bytes), '\0');
           for (int64_t i = 0; i < bytes; ++i) data[static_cast<size_t>(i)] = Byte(l, e, p, i);
           out << data;
-          location.parts.push_back({offset, bytes});
+          location.parts.push_back({0, offset, bytes});
           offset += bytes;
         }
         locations_.push_back(location);
@@ -81,10 +81,10 @@ class ExpertFile {
 
 std::unique_ptr<ExpertStore> Make(const ExpertFile& file, int slots, bool direct_io = true) {
   // Slot size is known only after creation: make one to learn it, then the real one.
-  auto probe = ExpertStore::Create(file.path(), file.locations(), {.budget_bytes = 1});
+  auto probe = ExpertStore::Create({file.path()}, file.locations(), {.budget_bytes = 1});
   EXPECT_TRUE(probe.ok()) << probe.status();
   auto store = ExpertStore::Create(
-      file.path(), file.locations(),
+      {file.path()}, file.locations(),
       {.budget_bytes = (*probe)->slot_bytes() * slots, .direct_io = direct_io});
   EXPECT_TRUE(store.ok()) << store.status();
   EXPECT_EQ((*store)->Stats().num_slots, slots);
@@ -252,15 +252,21 @@ TEST(ExpertStoreTest, LocationsOutsideTheFileAreRefusedAtCreation) {
   std::vector<ExpertLocation> bad = file.locations();
   bad[5].parts[2].offset = file.size() - 10;
   absl::StatusOr<std::unique_ptr<ExpertStore>> store =
-      ExpertStore::Create(file.path(), bad, {.budget_bytes = 1 << 20});
+      ExpertStore::Create({file.path()}, bad, {.budget_bytes = 1 << 20});
   EXPECT_EQ(store.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(store.status().message().find("layer 1, expert 1"), std::string::npos)
       << store.status();
+  std::vector<ExpertLocation> other_file = file.locations();
+  other_file[3].parts[0].file = 1;
+  EXPECT_EQ(ExpertStore::Create({file.path()}, other_file, {.budget_bytes = 1 << 20})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
   std::vector<ExpertLocation> twice = file.locations();
   twice.push_back(twice.front());
-  EXPECT_EQ(ExpertStore::Create(file.path(), twice, {.budget_bytes = 1 << 20}).status().code(),
+  EXPECT_EQ(ExpertStore::Create({file.path()}, twice, {.budget_bytes = 1 << 20}).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ExpertStore::Create(file.path() + ".missing", file.locations(), {}).status().code(),
+  EXPECT_EQ(ExpertStore::Create({file.path() + ".missing"}, file.locations(), {}).status().code(),
             absl::StatusCode::kNotFound);
 }
 
