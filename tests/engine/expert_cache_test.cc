@@ -10,44 +10,25 @@
 #include <string>
 #include <vector>
 
-#include "engine/common/file.h"
-#include "engine/common/json.h"
 #include "engine/runtime/local_executor.h"
+#include "tests/engine/moe_golden.h"
 
 namespace loom {
 namespace {
 
-const std::string kModels = std::string(LOOM_SOURCE_DIR) + "/tests/golden/models/";
 constexpr int32_t kDecodeSteps = 12;
 
 std::vector<std::vector<TokenId>> LoadPrompts(const std::string& model) {
   std::vector<std::vector<TokenId>> out;
-  absl::StatusOr<std::string> text = ReadFile(kModels + model + "/reference.json");
-  EXPECT_TRUE(text.ok()) << text.status();
-  if (!text.ok()) return out;
-  absl::StatusOr<Json> ref = Json::Parse(*text);
-  EXPECT_TRUE(ref.ok()) << ref.status();
-  const Json prompts = *ref->Get("prompts");
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    std::vector<TokenId> tokens;
-    const Json ids = *prompts[i].Get("token_ids");
-    for (size_t j = 0; j < ids.size(); ++j) tokens.push_back(TokenId(int32_t(*ids[j].AsInt())));
-    out.push_back(std::move(tokens));
-  }
+  const Json prompts = testing::GoldenPrompts(model);
+  for (size_t i = 0; i < prompts.size(); ++i) out.push_back(testing::PromptTokens(prompts[i]));
   return out;
 }
 
 absl::StatusOr<std::unique_ptr<LocalExecutor>> MakeExecutor(const std::string& model,
                                                             int64_t expert_cache_bytes,
                                                             bool direct_io = true) {
-  EngineConfig config;
-  config.model_dir = kModels + model;
-  config.num_threads = 2;
-  config.kv_dtype = DType::kF32;
-  config.block_size = 8;
-  config.num_kv_blocks = 128;
-  config.max_num_batched_tokens = 256;
-  config.max_num_seqs = 8;
+  EngineConfig config = testing::GoldenMoeConfig(model);
   config.expert_cache_bytes = expert_cache_bytes;
   config.expert_direct_io = direct_io;
   return LocalExecutor::Create(config);

@@ -9,14 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "engine/common/file.h"
-#include "engine/common/json.h"
 #include "engine/runtime/local_executor.h"
+#include "tests/engine/moe_golden.h"
 
 namespace loom {
 namespace {
-
-const std::string kModels = std::string(LOOM_SOURCE_DIR) + "/tests/golden/models/";
 
 struct RecordedPrompt {
   std::vector<TokenId> tokens;
@@ -25,16 +22,10 @@ struct RecordedPrompt {
 
 std::vector<RecordedPrompt> LoadPrompts(const std::string& model) {
   std::vector<RecordedPrompt> out;
-  absl::StatusOr<std::string> text = ReadFile(kModels + model + "/reference.json");
-  EXPECT_TRUE(text.ok()) << text.status();
-  if (!text.ok()) return out;
-  absl::StatusOr<Json> ref = Json::Parse(*text);
-  EXPECT_TRUE(ref.ok()) << ref.status();
-  const Json prompts = *ref->Get("prompts");
+  const Json prompts = testing::GoldenPrompts(model);
   for (size_t i = 0; i < prompts.size(); ++i) {
     RecordedPrompt p;
-    const Json ids = *prompts[i].Get("token_ids");
-    for (size_t j = 0; j < ids.size(); ++j) p.tokens.push_back(TokenId(int32_t(*ids[j].AsInt())));
+    p.tokens = testing::PromptTokens(prompts[i]);
     const Json layers = *prompts[i].Get("expert_counts");
     for (size_t l = 0; l < layers.size(); ++l) {
       for (size_t e = 0; e < layers[l].size(); ++e) {
@@ -47,14 +38,9 @@ std::vector<RecordedPrompt> LoadPrompts(const std::string& model) {
 }
 
 std::unique_ptr<LocalExecutor> MakeExecutor(const std::string& model) {
-  EngineConfig config;
-  config.model_dir = kModels + model;
-  config.num_threads = 2;
-  config.kv_dtype = DType::kF32;
-  config.block_size = 8;
+  EngineConfig config = testing::GoldenMoeConfig(model);
   config.num_kv_blocks = 64;
   config.max_num_batched_tokens = 128;
-  config.max_num_seqs = 8;
   absl::StatusOr<std::unique_ptr<LocalExecutor>> executor = LocalExecutor::Create(config);
   EXPECT_TRUE(executor.ok()) << executor.status();
   return executor.ok() ? std::move(*executor) : nullptr;
