@@ -22,6 +22,10 @@
 // zero rows of expert_counts are dropped. A model with every layer sparse (Mixtral, Qwen3-MoE)
 // has the same numbers either way.
 //
+// Matrices count what the engine computed: a sequence preempted by recompute routes its prompt
+// again and it counts twice (similarity is a cosine, so this only weighs the prompt more); a
+// request that migrates in starts with an empty matrix (MigrantState carries none).
+//
 // Granularity: the scheduler plans whole steps, so a forecast is made at layer 0 (the next step
 // starts there): the layer that runs first is served on demand and prefetch covers the next
 // `prefetch_lookahead_layers` MoE layers (ActivationPolicy), with urgency falling with distance.
