@@ -30,6 +30,10 @@ Scheduler::Scheduler(const SchedulerConfig& config, const ModelInfo& model,
   config_.max_num_seqs = std::min(config_.max_num_seqs, capacity.max_num_seqs);
   LOOM_CHECK(config_.max_num_batched_tokens >= 1 && config_.max_num_seqs >= 1,
              "scheduler budget and sequence cap must be positive");
+  absl::StatusOr<std::unique_ptr<ExpertCacheDriver>> experts =
+      ExpertCacheDriver::Create(model, capacity.expert_cache_slots, config.expert_cache);
+  LOOM_CHECK(experts.ok(), "expert cache policy: ", experts.status().message());
+  experts_ = *std::move(experts);
 }
 
 Scheduler::~Scheduler() = default;

@@ -26,6 +26,14 @@
 // Admission control bounds the waiting queue by requests and by prompt tokens; Add refuses
 // beyond it with ResourceExhausted (the server answers 503 with Retry-After).
 //
+// Mixture-of-experts models whose experts live behind an expert cache
+// (KvCapacity::expert_cache_slots > 0): the scheduler runs the expert-cache policy
+// (scheduler/experts/expert_cache_driver.h). Every plan asks for the routing
+// (report_expert_routing) and carries the policy's prefetch hints and keep-scores; Update feeds
+// each request's routing to it, and a request that ends leaves its activation matrix in the
+// policy's collection. Without an expert cache (or for a dense model) none of this runs and
+// plans carry no expert fields.
+//
 // Thread safety: none; the engine loop thread owns it. Time comes in as arguments.
 #pragma once
 
@@ -42,6 +50,7 @@
 #include "engine/api/step.h"
 #include "absl/status/statusor.h"
 #include "scheduler/block_pool.h"
+#include "scheduler/experts/expert_cache_driver.h"
 #include "scheduler/load.h"
 #include "scheduler/request.h"
 
@@ -57,6 +66,11 @@ struct SchedulerConfig {
   // Admission bounds on what waits (not yet running); 0 = unbounded.
   int32_t max_waiting_requests = 0;
   int64_t max_waiting_prompt_tokens = 0;
+  // The expert-cache policy and its bounds, used only for a mixture-of-experts model with an
+  // expert cache (policy: "activation" by default, "lru" or "lfu"). The executor sets the cache
+  // size (KvCapacity::expert_cache_slots). A policy Create refuses is a start-up bug: callers
+  // validate the name first (ExpertCachePolicy::Names()).
+  ExpertCacheDriverConfig expert_cache;
 };
 
 // A snapshot for metrics.
@@ -72,6 +86,9 @@ struct SchedulerStats {
   int64_t num_waiting_prompt_tokens = 0;    // prompt tokens of waiting requests (admission)
   int32_t num_migrating_out = 0;            // requests frozen for a migration's last stage
   int32_t num_reserved_blocks = 0;          // held for incoming migrations
+  // The engine's expert cache counters as of the latest step that reported them (slots > 0);
+  // all zero for a dense model or without an expert cache.
+  ExpertCacheCounters expert_cache;
 };
 
 // Live migration (shared/ARCHITECTURE.md §6): what the destination needs to resume a request.
@@ -209,6 +226,9 @@ class Scheduler {
                               std::shared_ptr<const KvBlob> last_blocks = nullptr,
                               int32_t last_first_block = 0);
 
+  // The expert-cache policy the scheduler runs, or null (a dense model, or no expert cache).
+  const ExpertCacheDriver* expert_cache_driver() const { return experts_.get(); }
+
   // Full consistency check for tests: block ownership matches reference counts, every running
   // sequence's blocks cover its computed tokens, no block is owned twice by one sequence.
   absl::Status CheckInvariants() const;
@@ -238,6 +258,11 @@ class Scheduler {
   bool Eligible(const Seq& seq) const;
   void InsertRunning(Seq* seq);
   Seq* MovableSeq(RequestId id, absl::Status* why);
+  // Expert cache (scheduler_experts.cc): the plan's expert fields; one sequence's routing; a
+  // request that ends.
+  void PlanExperts(StepPlan& plan);
+  void RecordRouting(const Seq& seq, const SequenceOutput& out);
+  void EndRequestExperts(RequestId id);
   template <typename List>
   static void Erase(List& list, const Seq* seq) {
     list.erase(std::remove(list.begin(), list.end(), seq), list.end());
@@ -283,6 +308,13 @@ class Scheduler {
   };
   absl::flat_hash_map<uint64_t, Reservation> reservations_;
   uint64_t next_reservation_ = 1;
+  // Expert cache: the policy (null without one), the requests of the plan being formed (reused
+  // from step to step), the engine's latest counters, and whether a bad routing record was
+  // already logged (once is enough).
+  std::unique_ptr<ExpertCacheDriver> experts_;
+  std::vector<RequestId> expert_requests_;
+  ExpertCacheCounters expert_cache_counters_;
+  bool logged_bad_routing_ = false;
 };
 
 }  // namespace loom

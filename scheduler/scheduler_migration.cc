@@ -171,6 +171,7 @@ void Scheduler::CommitMigrateOut(RequestId id) {
   Erase(frozen_, &seq);
   seq.state = Seq::State::kFinished;
   MarkAdmitted(*seq.req);
+  EndRequestExperts(id);  // what it routed here still describes a request
   requests_.erase(it);  // no output: the destination reports from now on
 }
 

@@ -46,6 +46,7 @@ StepPlan Scheduler::Schedule(int64_t now_ms) {
   // The result lists new sequences first, then continuing ones, in plan order.
   in_flight_.insert(in_flight_.begin(), new_in_flight_.begin(), new_in_flight_.end());
   new_in_flight_.clear();
+  if (experts_ != nullptr) PlanExperts(plan);
   return plan;
 }
 
@@ -69,6 +70,7 @@ StepPlan Scheduler::ScheduleTransfers() {
   pending_exports_ = std::move(later);
   plan.kv_imports = std::move(pending_imports_);
   pending_imports_.clear();
+  plan.report_expert_routing = experts_ != nullptr;  // nothing computes, so nothing is routed
   return plan;
 }
 
@@ -285,6 +287,7 @@ void Scheduler::Finish(Seq& seq, FinishReason reason) {
   Req& req = *seq.req;
   if (++req.num_finished < req.params.n) return;
   MarkAdmitted(req);  // a request that never ran leaves the waiting counts too
+  EndRequestExperts(req.params.id);
   requests_.erase(req.params.id);  // destroys req and its sequences
 }
 

@@ -21,6 +21,7 @@ absl::Status Scheduler::Update(const StepResult& result) {
                                       " outputs for ", in_flight_.size(),
                                       " scheduled sequences"));
   }
+  if (result.expert_cache.slots > 0) expert_cache_counters_ = result.expert_cache;
   const std::vector<std::pair<Seq*, int32_t>> step = std::move(in_flight_);
   in_flight_.clear();
   for (size_t i = 0; i < step.size(); ++i) {
@@ -31,6 +32,7 @@ absl::Status Scheduler::Update(const StepResult& result) {
       return absl::InternalError(StrCat("step output ", i, " is for sequence ", out.seq_id,
                                         "; the plan had ", seq.id));
     }
+    if (experts_ != nullptr) RecordRouting(seq, out);
     seq.num_computed += step[i].second;
     RegisterFullBlocks(seq);
     if (seq.index == 0 && seq.num_computed >= seq.num_prompt) seq.req->prompt_ready = true;
@@ -42,6 +44,7 @@ absl::Status Scheduler::Update(const StepResult& result) {
       AppendToken(seq, out);  // may finish and destroy the sequence
     }
   }
+  if (experts_ != nullptr) experts_->EndStep();
   return absl::OkStatus();
 }
 
@@ -141,6 +144,7 @@ SchedulerStats Scheduler::Stats() const {
   for (const auto& [id, r] : reservations_) {
     s.num_reserved_blocks += static_cast<int32_t>(r.blocks.size());
   }
+  s.expert_cache = expert_cache_counters_;
   return s;
 }
 

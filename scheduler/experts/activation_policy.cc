@@ -13,6 +13,11 @@ class ActivationPolicy final : public ExpertCachePolicy {
   std::string_view name() const override { return "activation"; }
 
   ExpertPrefetchPlan PlanPrefetch(int32_t max_loads) override;
+  bool UsesForecast() const override { return true; }
+  double KeepScore(ExpertKey key) const override {
+    const ExpertForecast* f = forecast();
+    return f != nullptr && InModel(key) ? f->Priority(key) : 0.0;
+  }
 
  protected:
   bool EvictsBefore(ExpertKey a, ExpertKey b) const override;

@@ -18,7 +18,8 @@
 // Mixtral-shaped traces at 25 % residency that issued about twice the loads of demand paging,
 // bench/results/expert_cache_sim.md). Planning stops at `max_loads` loads or at the first
 // candidate no slot can take; the candidates from there on (up to `max_loads` in all) are counted
-// as dropped. Hint urgency is the candidate's Priority.
+// as dropped. Hint urgency is the candidate's Priority, and so is KeepScore (0 before any
+// forecast), so the engine compares a hint's urgency and a resident expert's score in one unit.
 #pragma once
 
 #include <memory>

@@ -112,6 +112,19 @@ class ExpertCachePolicy {
   // ExpertPrefetchPlan. "lru" and "lfu" never prefetch (an empty plan).
   virtual ExpertPrefetchPlan PlanPrefetch(int32_t max_loads) { return {}; }
 
+  // Whether SetForecast changes anything ("activation"); a caller may skip predicting for the
+  // others.
+  virtual bool UsesForecast() const { return false; }
+
+  // How much the policy wants resident `key` kept (higher = keep longer), for the engine's
+  // expert store, which evicts the lowest-scored unpinned expert and breaks ties by recency
+  // (engine/api/expert_hints.h, ExpertScore). The score follows the first key of the policy's
+  // eviction order: "activation" the forecast's Priority (0 before any forecast, so the store
+  // falls back to recency, as the policy does), "lru" the clock of the last access or load,
+  // "lfu" the number of accesses. So for two resident experts whose scores differ, the lower
+  // one is the one the policy evicts first. Keys outside the model score 0.
+  virtual double KeepScore(ExpertKey key) const = 0;
+
   const ExpertCacheConfig& config() const { return config_; }
   int32_t capacity_slots() const { return config_.capacity_slots; }
   int32_t num_resident() const { return num_resident_; }

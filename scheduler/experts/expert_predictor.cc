@@ -126,6 +126,16 @@ absl::StatusOr<std::vector<double>> ExpertPredictor::Prior(
 absl::StatusOr<ExpertForecast> ExpertPredictor::Forecast(const ActivationMatrix& request,
                                                          std::span<const double> prior,
                                                          int32_t current_layer) const {
+  absl::StatusOr<ExpertForecast> forecast =
+      ExpertForecast::Zeros(request.num_layers(), request.num_experts(), current_layer);
+  if (!forecast.ok()) return forecast.status();
+  if (absl::Status status = AddForecast(request, prior, &*forecast); !status.ok()) return status;
+  return forecast;
+}
+
+absl::Status ExpertPredictor::AddForecast(const ActivationMatrix& request,
+                                          std::span<const double> prior,
+                                          ExpertForecast* batch) const {
   const int32_t num_layers = request.num_layers();
   const int32_t num_experts = request.num_experts();
   if (prior.size() != static_cast<size_t>(num_layers) * num_experts) {
@@ -134,9 +144,10 @@ absl::StatusOr<ExpertForecast> ExpertPredictor::Forecast(const ActivationMatrix&
                                                    " request needs ",
                                                    static_cast<size_t>(num_layers) * num_experts));
   }
-  absl::StatusOr<ExpertForecast> forecast =
-      ExpertForecast::Zeros(num_layers, num_experts, current_layer);
-  if (!forecast.ok()) return forecast.status();
+  if (batch->num_layers() != num_layers || batch->num_experts() != num_experts) {
+    return ShapeMismatch("forecast", batch->num_layers(), batch->num_experts(), num_layers,
+                         num_experts);
+  }
   const double k0 = config_.history_prior_tokens;
   for (int32_t l = 0; l < num_layers; ++l) {
     const double denominator = k0 + static_cast<double>(request.layer_total(l));
@@ -147,10 +158,12 @@ absl::StatusOr<ExpertForecast> ExpertPredictor::Forecast(const ActivationMatrix&
       const double share = denominator > 0.0
                                ? (k0 * prior_share + static_cast<double>(counts[e])) / denominator
                                : prior_share;
-      forecast->set_probability({l, e}, std::min(1.0, config_.top_k * share));
+      const ExpertKey key{l, e};
+      batch->set_probability(key,
+                             batch->probability(key) + std::min(1.0, config_.top_k * share));
     }
   }
-  return forecast;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<ExpertForecast> ExpertPredictor::Predict(const ActivationMatrix& request,

@@ -120,6 +120,12 @@ class ExpertPredictor {
                                           std::span<const double> prior,
                                           int32_t current_layer) const;
 
+  // Steps 3 and 4 for `request`, added into `batch` (a batch union built in place, so a step
+  // that forecasts many requests allocates one forecast, not one per request); the forecast is
+  // as of batch's current layer. InvalidArgument, with nothing added, on a shape mismatch.
+  absl::Status AddForecast(const ActivationMatrix& request, std::span<const double> prior,
+                           ExpertForecast* batch) const;
+
   // All steps at once.
   absl::StatusOr<ExpertForecast> Predict(const ActivationMatrix& request, int32_t current_layer,
                                          const TraceCollection& collection,

@@ -7,6 +7,9 @@ class LfuPolicy final : public ExpertCachePolicy {
  public:
   explicit LfuPolicy(const ExpertCacheConfig& config) : ExpertCachePolicy(config) {}
   std::string_view name() const override { return "lfu"; }
+  double KeepScore(ExpertKey key) const override {
+    return InModel(key) ? static_cast<double>(slot(key).num_accesses) : 0.0;
+  }
 
  protected:
   bool EvictsBefore(ExpertKey a, ExpertKey b) const override {

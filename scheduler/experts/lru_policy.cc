@@ -7,6 +7,9 @@ class LruPolicy final : public ExpertCachePolicy {
  public:
   explicit LruPolicy(const ExpertCacheConfig& config) : ExpertCachePolicy(config) {}
   std::string_view name() const override { return "lru"; }
+  double KeepScore(ExpertKey key) const override {
+    return InModel(key) ? static_cast<double>(slot(key).last_use) : 0.0;
+  }
 
  protected:
   bool EvictsBefore(ExpertKey a, ExpertKey b) const override {

@@ -93,6 +93,18 @@ const std::vector<Key>& Keys() {
       {"block_size", "tokens", "tokens per KV block (0 = 16, or 32 for low-bit KV)",
        &C::block_size, {0, 1024}},
       {"kv_cache_mb", "MiB", "KV cache size", &C::kv_cache_mb, {1, kMax}},
+      {"expert_cache_mb", "MiB",
+       "MoE models: RAM for the expert cache; routed experts stay in the checkpoint file and the "
+       "hot ones are loaded into it (0 = every expert resident; beside kv_cache_mb, not out of it)",
+       &C::expert_cache_mb, {0, kMax}},
+      {"expert_cache_policy", "",
+       "MoE models with an expert cache: what to keep and prefetch (activation: predicted from "
+       "past requests' expert traces; lru, lfu: baselines that never prefetch)",
+       &C::expert_cache_policy, {}, {"activation", "lru", "lfu"}},
+      {"expert_direct_io", "",
+       "MoE models with an expert cache: read experts with O_DIRECT (else read, then drop them "
+       "from the page cache), so the cache is the memory experts take",
+       &C::expert_direct_io},
       {"max_num_batched_tokens", "tokens", "most tokens computed in one step", &C::max_num_batched_tokens,
        {1, 1 << 24}},
       {"max_num_seqs", "sequences", "most sequences in one step", &C::max_num_seqs, {1, 1 << 20}},
@@ -324,6 +336,16 @@ std::string RuleText(const Key& k) {
   return "list of strings";
 }
 
+// Rules that involve more than one key, checked once every source has been applied.
+absl::Status CheckCombinations(const ServerConfig& c) {
+  if (c.expert_cache_mb > 0 && c.backend != "cpu") {
+    return absl::InvalidArgumentError(StrCat(
+        "expert_cache_mb is ", c.expert_cache_mb, " but the expert cache needs backend cpu (got ",
+        c.backend, "); set expert_cache_mb to 0 to keep every expert resident"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status LoadServerConfig(const std::vector<std::string>& args, const EnvLookup& env,
@@ -372,7 +394,7 @@ absl::Status LoadServerConfig(const std::vector<std::string>& args, const EnvLoo
   for (const auto& [k, value] : flags) {
     LOOM_RETURN_IF_ERROR(SetFromText(*k, value, StrCat("--", k->name), config));
   }
-  return absl::OkStatus();
+  return CheckCombinations(*config);
 }
 
 std::string ServerConfigHelp() {

@@ -51,6 +51,11 @@ struct ServerConfig {
   std::string quantized_activations = "f32";  // "int8": int8 activations for quantized weights
   int64_t block_size = 0;  // 0: 16, or 32 for the low-bit KV formats
   int64_t kv_cache_mb = 1024;
+  // Mixture-of-experts models: RAM for the expert cache (0 = every expert resident), the policy
+  // that steers it, and whether experts are read around the page cache (O_DIRECT).
+  int64_t expert_cache_mb = 0;
+  std::string expert_cache_policy = "activation";
+  bool expert_direct_io = true;
   // Scheduler.
   int64_t max_num_batched_tokens = 2048;
   int64_t max_num_seqs = 64;

@@ -48,6 +48,8 @@ absl::StatusOr<EngineConfig> MakeEngineConfig(const ServerConfig& c) {
   e.kv_hadamard = c.kv_hadamard;
   e.num_threads = static_cast<int>(c.threads);
   e.kv_cache_bytes = c.kv_cache_mb << 20;
+  e.expert_cache_bytes = c.expert_cache_mb << 20;
+  e.expert_direct_io = c.expert_direct_io;
   e.device = static_cast<int>(c.device);
   e.gpu_memory_utilization = c.gpu_memory_utilization;
   e.cuda_graphs = c.cuda_graphs;
@@ -67,7 +69,41 @@ SchedulerConfig MakeSchedulerConfig(const ServerConfig& c) {
   s.enable_prefix_caching = c.enable_prefix_caching;
   s.max_waiting_requests = static_cast<int32_t>(c.max_waiting_requests);
   s.max_waiting_prompt_tokens = c.max_waiting_prompt_tokens;
+  // The configuration only accepts the names ExpertCachePolicy::Create knows.
+  s.expert_cache.policy = c.expert_cache_policy;
   return s;
+}
+
+// The memory split of an MoE model served with an expert cache (issue 18 item 5): what the KV
+// cache and the expert cache each take, and how much of the model's routed experts fit.
+void LogExpertCache(const ServerConfig& config, const ModelInfo& model,
+                    const KvCapacity& capacity) {
+  if (capacity.expert_cache_slots <= 0) {
+    if (config.expert_cache_mb > 0) {
+      LOOM_LOG(kWarning, "expert_cache_mb is ", config.expert_cache_mb,
+               " but the engine reports no expert cache (a dense model, or every expert kept "
+               "resident): the setting is unused");
+    }
+    return;
+  }
+  int64_t num_sparse = 0;
+  for (int32_t l = 0; l < model.num_layers; ++l) {
+    const bool sparse = model.sparse_layers.empty() ||
+                        (static_cast<size_t>(l) < model.sparse_layers.size() &&
+                         model.sparse_layers[l]);
+    num_sparse += sparse ? 1 : 0;
+  }
+  const int64_t num_routed = num_sparse * model.num_experts;
+  const int64_t kv_bytes = int64_t{capacity.num_blocks} * capacity.bytes_per_block +
+                           capacity.tail_bytes;
+  const int64_t expert_bytes = int64_t{capacity.expert_cache_slots} * capacity.expert_slot_bytes;
+  LOOM_LOG(kInfo, "memory split: KV cache ", kv_bytes >> 20, " MiB (", kv_bytes,
+           " bytes); expert cache ", expert_bytes >> 20, " MiB (", capacity.expert_cache_slots,
+           " slots x ", capacity.expert_slot_bytes, " bytes = ", expert_bytes, " bytes) holding ",
+           capacity.expert_cache_slots, " of ", num_routed, " routed experts (",
+           num_routed > 0 ? 100 * int64_t{capacity.expert_cache_slots} / num_routed : 0,
+           " %); policy ", config.expert_cache_policy, ", direct I/O ",
+           config.expert_direct_io ? "on" : "off");
 }
 
 // Loads the text layer; a model without tokenizer or template still serves token ids.
@@ -145,6 +181,8 @@ int Run(const std::vector<std::string>& args) {
   metrics_options.kv_capacity_tokens = int64_t{ctx.capacity.num_blocks} * ctx.capacity.block_size;
   metrics_options.kv_bytes_per_token =
       static_cast<double>(ctx.capacity.bytes_per_block) / ctx.capacity.block_size;
+  metrics_options.expert_cache_slots = ctx.capacity.expert_cache_slots;
+  metrics_options.expert_slot_bytes = ctx.capacity.expert_slot_bytes;
   ServerMetrics metrics(metrics_options);
   ctx.metrics = &metrics;
   EngineLoop engine(**executor, MakeSchedulerConfig(config), SteadyMs);
@@ -165,6 +203,7 @@ int Run(const std::vector<std::string>& args) {
                : std::string(),
            "); at full context ",
            tokens / std::max(ctx.model.max_context_len, 1), " sequences fit at once");
+  LogExpertCache(config, ctx.model, ctx.capacity);
 
   http::HttpServerOptions http_options;
   http_options.host = config.host;

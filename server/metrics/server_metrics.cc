@@ -3,6 +3,7 @@
 #include "server/metrics/server_metrics.h"
 
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include <prometheus/counter.h>
@@ -62,6 +63,22 @@ struct View {
   prometheus::Family<Histogram>* params_n;
 };
 
+// The expert cache's series (loom_ only), declared when the model has one.
+struct ExpertView {
+  prometheus::Counter* hits;
+  prometheus::Counter* misses;
+  prometheus::Counter* evictions;
+  prometheus::Counter* prefetches_issued;
+  prometheus::Counter* prefetches_used;
+  prometheus::Counter* prefetches_wasted;
+  prometheus::Counter* prefetches_cancelled;
+  prometheus::Counter* prefetches_dropped;
+  prometheus::Counter* loaded_bytes;
+  prometheus::Counter* load_seconds;
+  prometheus::Gauge* slots;
+  prometheus::Gauge* resident;
+};
+
 }  // namespace
 
 class ServerMetrics::Impl {
@@ -92,6 +109,7 @@ class ServerMetrics::Impl {
     forwarded_->Add(model);
     migration_downtime_->Add(model, kItlBuckets);
     if (options.vllm_compat) views_.push_back(MakeView("vllm:"));
+    if (options.expert_cache_slots > 0) experts_ = MakeExpertView();
     if (!options.kv_cache_dtype.empty()) {
       const prometheus::Labels labels{{"model_name", options.model_name},
                                       {"kv_cache_dtype", options.kv_cache_dtype}};
@@ -180,6 +198,7 @@ class ServerMetrics::Impl {
       Advance(v.prefix_hits, s.prefix_cache_hit_tokens);
       Advance(v.preemptions, s.num_preemptions);
     }
+    if (experts_.has_value()) UpdateExperts(s.expert_cache);
   }
 
   std::string Render() const {
@@ -189,8 +208,74 @@ class ServerMetrics::Impl {
  private:
   // Counters mirror cumulative snapshots: add what the snapshot gained.
   static void Advance(prometheus::Counter* c, int64_t total) {
-    const double delta = static_cast<double>(total) - c->Value();
+    Advance(c, static_cast<double>(total));
+  }
+  static void Advance(prometheus::Counter* c, double total) {
+    const double delta = total - c->Value();
     if (delta > 0) c->Increment(delta);
+  }
+
+  // Called with mu_ held. Counters before the engine's first report (slots 0) are all zero and
+  // change nothing; the slots gauge keeps the configured value until then.
+  void UpdateExperts(const ExpertCacheCounters& c) {
+    ExpertView& v = *experts_;
+    Advance(v.hits, c.hits);
+    Advance(v.misses, c.misses);
+    Advance(v.evictions, c.evictions);
+    Advance(v.prefetches_issued, c.prefetches_issued);
+    Advance(v.prefetches_used, c.prefetches_used);
+    Advance(v.prefetches_wasted, c.prefetches_wasted);
+    Advance(v.prefetches_cancelled, c.prefetches_cancelled);
+    Advance(v.prefetches_dropped, c.prefetches_dropped);
+    Advance(v.loaded_bytes, c.bytes_loaded);
+    Advance(v.load_seconds, c.load_seconds);
+    if (c.slots > 0) {
+      v.slots->Set(c.slots);
+      v.resident->Set(c.resident);
+    }
+  }
+
+  ExpertView MakeExpertView() {
+    const prometheus::Labels model{{"model_name", options_.model_name}};
+    auto counter = [&](const std::string& name, const std::string& help) {
+      return &prometheus::BuildCounter().Name(name).Help(help).Register(*registry_).Add(model);
+    };
+    auto gauge = [&](const std::string& name, const std::string& help) {
+      return &prometheus::BuildGauge().Name(name).Help(help).Register(*registry_).Add(model);
+    };
+    ExpertView v;
+    v.hits = counter("loom_expert_cache_hits_total",
+                     "Routed experts a step found in the expert cache.");
+    v.misses = counter("loom_expert_cache_misses_total",
+                       "Routed experts a step had to load on demand.");
+    v.evictions = counter("loom_expert_cache_evictions_total",
+                          "Experts evicted from the expert cache.");
+    auto& prefetches = prometheus::BuildCounter()
+                           .Name("loom_expert_prefetches_total")
+                           .Help("Expert prefetch hints by outcome: issued (load started), used, "
+                                 "wasted (evicted unused), cancelled (replaced before their "
+                                 "load), dropped (no slot).")
+                           .Register(*registry_);
+    auto outcome = [&](const char* name) {
+      return &prefetches.Add({{"model_name", options_.model_name}, {"outcome", name}});
+    };
+    v.prefetches_issued = outcome("issued");
+    v.prefetches_used = outcome("used");
+    v.prefetches_wasted = outcome("wasted");
+    v.prefetches_cancelled = outcome("cancelled");
+    v.prefetches_dropped = outcome("dropped");
+    v.loaded_bytes = counter("loom_expert_cache_loaded_bytes_total",
+                             "Bytes of experts read into the expert cache.");
+    v.load_seconds = counter("loom_expert_cache_load_seconds_total",
+                             "Time the expert loader spent reading.");
+    v.slots = gauge("loom_expert_cache_slots", "Experts the expert cache holds at once.");
+    v.slots->Set(options_.expert_cache_slots);
+    v.resident = gauge("loom_expert_cache_resident_experts", "Experts in the expert cache now.");
+    gauge("loom_expert_cache_capacity_bytes",
+          "RAM of the expert cache (slots x bytes of one expert), beside the KV cache's.")
+        ->Set(static_cast<double>(options_.expert_cache_slots) *
+              static_cast<double>(options_.expert_slot_bytes));
+    return v;
   }
 
   View MakeView(const std::string& prefix) {
@@ -244,6 +329,7 @@ class ServerMetrics::Impl {
   prometheus::Family<prometheus::Counter>* forwarded_ = nullptr;
   Histogram::BucketBoundaries length_buckets_;
   std::vector<View> views_;
+  std::optional<ExpertView> experts_;
   std::mutex mu_;
 };
 

@@ -15,6 +15,17 @@
 // them in `loom_request_rejected_total{reason}` (reason: invalid, overloaded, unavailable; no
 // `vllm:` mirror, vLLM has no such family).
 //
+// Mixture-of-experts models with an expert cache (MetricsOptions::expert_cache_slots > 0) also
+// get the expert cache's families, every series present at 0 from the start, fed from the
+// engine's counters in SchedulerStats::expert_cache (loom_ names only; vLLM has none):
+//   loom_expert_cache_hits_total, _misses_total, _evictions_total     counters
+//   loom_expert_prefetches_total{outcome}  issued, used, wasted, cancelled, dropped
+//   loom_expert_cache_loaded_bytes_total, loom_expert_cache_load_seconds_total
+//   loom_expert_cache_slots, loom_expert_cache_resident_experts       gauges
+//   loom_expert_cache_capacity_bytes       the cache's RAM (slots x slot bytes), constant, the
+//                                          expert side of the memory split whose KV side is
+//                                          loom_kv_cache_capacity_tokens x _bytes_per_token
+//
 // Thread safety: every method may be called from any thread.
 #pragma once
 
@@ -44,6 +55,10 @@ struct MetricsOptions {
   std::string kv_cache_dtype;
   int64_t kv_capacity_tokens = 0;
   double kv_bytes_per_token = 0;
+  // The expert cache (KvCapacity::expert_cache_slots / expert_slot_bytes); 0 slots: none, and no
+  // expert cache family is declared.
+  int32_t expert_cache_slots = 0;
+  int64_t expert_slot_bytes = 0;
 };
 
 // Timings of one finished request, in seconds from its arrival (negative = never reached).
@@ -70,7 +85,7 @@ class ServerMetrics {
   // One inter-token gap of a streaming request (between consecutive token batches, divided
   // over the tokens in the later batch).
   void ObserveInterToken(double seconds, int64_t num_tokens);
-  // Gauges and cumulative counters from the engine loop's snapshot.
+  // Gauges and cumulative counters from the engine loop's snapshot (the expert cache's too).
   void UpdateScheduler(const SchedulerStats& stats);
   // A live migration out of this instance ended: loom_migrations_total{outcome} (committed,
   // aborted: the request stayed here, failed: it ended with an error) and, when committed,

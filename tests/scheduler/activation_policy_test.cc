@@ -171,5 +171,21 @@ TEST(ActivationPolicyTest, PrefetchCanBeTurnedOff) {
   EXPECT_EQ(p->num_resident(), 0);
 }
 
+// The keep-score is the forecast's Priority, the unit of a hint's urgency: the lower-scored of
+// two resident experts is the one the policy evicts, and before a forecast every score is 0 (the
+// store then falls back to recency, as the policy does).
+TEST(ActivationPolicyTest, KeepScoreIsThePredictedUse) {
+  std::unique_ptr<ExpertCachePolicy> p = Activation(2);
+  EXPECT_TRUE(p->UsesForecast());
+  Evicted(*p, {2, 0});
+  Evicted(*p, {3, 0});
+  EXPECT_EQ(p->KeepScore({2, 0}), 0.0);
+  EXPECT_EQ(p->KeepScore({3, 0}), 0.0);
+  ASSERT_TRUE(p->SetForecast(Forecast(1, {{{2, 0}, 0.3}, {{3, 0}, 0.9}})).ok());
+  EXPECT_NEAR(p->KeepScore({2, 0}), 0.3 * 8.0 / 9.0, 1e-12);
+  EXPECT_NEAR(p->KeepScore({3, 0}), 0.9 * 7.0 / 9.0, 1e-12);
+  EXPECT_EQ(Evicted(*p, {1, 1}), (ExpertKey{2, 0}));
+}
+
 }  // namespace
 }  // namespace loom

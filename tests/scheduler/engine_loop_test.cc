@@ -334,5 +334,35 @@ TEST(EngineLoopTest, StopEndsEverythingAndRefusesNewWork) {
   EXPECT_EQ(executor.num_sequences(), 0u);
 }
 
+// An MoE model with an expert cache: the loop asks for the routing in every step, the tokens
+// are unchanged, and the engine's expert cache counters reach the loop's stats (what /metrics
+// reads).
+TEST(EngineLoopTest, ExpertCacheCountersReachTheStats) {
+  ModelInfo model = Model();
+  model.num_layers = 2;
+  model.num_experts = 4;
+  model.num_experts_per_tok = 2;
+  KvCapacity capacity = Capacity(16);
+  capacity.expert_cache_slots = 3;
+  FakeExecutor executor(model, capacity);
+  ExpertCacheCounters counters;
+  counters.slots = 3;
+  counters.misses = 9;
+  counters.prefetches_issued = 4;
+  executor.set_expert_cache(counters);
+  EngineLoop loop(executor, SchedulerConfig{}, NowMs);
+  const SchedRequest r = Request(1, 6, 5);
+  const Collected c = ReadAll(*loop.Submit(r));
+  ASSERT_TRUE(c.error.ok()) << c.error;
+  EXPECT_EQ(c.tokens.at(0), ExpectedTokens(r.sampling.seed, r.prompt, 5, {}, kVocab));
+  const EngineLoopStats stats = loop.Stats();
+  EXPECT_EQ(stats.scheduler.expert_cache.slots, 3);
+  EXPECT_EQ(stats.scheduler.expert_cache.misses, 9);
+  EXPECT_EQ(stats.scheduler.expert_cache.prefetches_issued, 4);
+  loop.Stop();  // the executor's counters are the loop thread's until it has stopped
+  EXPECT_GT(executor.num_routing_steps(), 0);
+  EXPECT_EQ(executor.num_routing_steps(), executor.num_steps());
+}
+
 }  // namespace
 }  // namespace loom

@@ -190,5 +190,32 @@ TEST(ExpertPredictorTest, ABatchSumsItsRequestsForecasts) {
   EXPECT_FALSE(ExpertForecast::Zeros(kLayers, kExperts, kLayers).ok());
 }
 
+// AddForecast builds a batch union in place: the same numbers as uniting Forecast's results,
+// and a shape mismatch adds nothing.
+TEST(ExpertPredictorTest, AddForecastEqualsUnitingForecasts) {
+  const ExpertPredictor predictor = Predictor();
+  const TraceCollection past = PastRequests();
+  const ActivationMatrix a = Request(0, 3, 2, 7);
+  const ActivationMatrix b = Request(1, 5, kLayers, 8);
+  ExpertForecast expected = *ExpertForecast::Zeros(kLayers, kExperts, 2);
+  ExpertForecast batch = *ExpertForecast::Zeros(kLayers, kExperts, 2);
+  for (const ActivationMatrix* m : {&a, &b}) {
+    const std::vector<ExpertMatch> matches = *predictor.Match(*m, past);
+    const std::vector<double> prior = *predictor.Prior(matches, past, nullptr);
+    ASSERT_TRUE(expected.Add(*predictor.Forecast(*m, prior, 2)).ok());
+    ASSERT_TRUE(predictor.AddForecast(*m, prior, &batch).ok());
+  }
+  for (int32_t l = 0; l < kLayers; ++l) {
+    for (int32_t e = 0; e < kExperts; ++e) {
+      EXPECT_DOUBLE_EQ(batch.probability({l, e}), expected.probability({l, e}));
+    }
+  }
+  ExpertForecast other = *ExpertForecast::Zeros(kLayers, kExperts + 1, 0);
+  const std::vector<double> prior(static_cast<size_t>(kLayers) * kExperts, 0.5);
+  EXPECT_FALSE(predictor.AddForecast(a, prior, &other).ok());
+  EXPECT_FALSE(predictor.AddForecast(a, std::vector<double>(3, 0.5), &batch).ok());
+  EXPECT_DOUBLE_EQ(batch.probability({0, 0}), expected.probability({0, 0}));
+}
+
 }  // namespace
 }  // namespace loom

@@ -62,6 +62,20 @@ inline std::vector<std::pair<TokenId, float>> ExpectedPromptLogprobs(
   return out;
 }
 
+// The fake model's routing: in decoder layer `layer` a token goes to the
+// num_experts_per_tok experts that follow (2 * token + 3 * layer) mod num_experts, in order (and
+// wrapping). A pure function of the token, so requests made of one repeated token form a
+// "topic" whose experts tests know; tokens 0, 1, 2, ... use disjoint pairs in every layer when
+// num_experts_per_tok is 2 (up to num_experts / 2 topics).
+inline std::vector<int32_t> FakeRoutedExperts(TokenId token, int32_t layer, const ModelInfo& info) {
+  std::vector<int32_t> experts;
+  const int64_t first = (2 * int64_t{token.value()} + 3 * int64_t{layer}) % info.num_experts;
+  for (int32_t j = 0; j < info.num_experts_per_tok; ++j) {
+    experts.push_back(static_cast<int32_t>((first + j) % info.num_experts));
+  }
+  return experts;
+}
+
 class FakeExecutor : public Executor {
  public:
   FakeExecutor(ModelInfo info, KvCapacity capacity)
@@ -127,7 +141,8 @@ class FakeExecutor : public Executor {
                              " holds another token"));
         }
       }
-      absl::StatusOr<SequenceOutput> out = Compute(p.seq_id, s, p.num_scheduled_tokens);
+      absl::StatusOr<SequenceOutput> out =
+          Compute(p.seq_id, s, p.num_scheduled_tokens, plan.report_expert_routing);
       if (!out.ok()) return out.status();
       result.outputs.push_back(*out);
       total += p.num_scheduled_tokens;
@@ -137,7 +152,8 @@ class FakeExecutor : public Executor {
       if (it == seqs_.end()) return Fail(StrCat("continuing unknown sequence ", p.seq_id));
       it->second.blocks.insert(it->second.blocks.end(), p.new_block_ids.begin(),
                                p.new_block_ids.end());
-      absl::StatusOr<SequenceOutput> out = Compute(p.seq_id, it->second, p.num_scheduled_tokens);
+      absl::StatusOr<SequenceOutput> out =
+          Compute(p.seq_id, it->second, p.num_scheduled_tokens, plan.report_expert_routing);
       if (!out.ok()) return out.status();
       result.outputs.push_back(*out);
       total += p.num_scheduled_tokens;
@@ -148,6 +164,8 @@ class FakeExecutor : public Executor {
       return Fail("step over the sequence cap");
     }
     result.num_tokens_computed = total;
+    result.expert_cache = expert_cache_;
+    if (plan.report_expert_routing) ++num_routing_steps_;
     ++num_steps_;
     return result;
   }
@@ -160,6 +178,10 @@ class FakeExecutor : public Executor {
   int64_t num_steps() const { return num_steps_; }
   int64_t num_imports() const { return num_imports_; }
   int64_t num_exports() const { return num_exports_; }
+  // Steps whose plan asked for the expert routing.
+  int64_t num_routing_steps() const { return num_routing_steps_; }
+  // What every later result reports as the expert cache's counters.
+  void set_expert_cache(const ExpertCacheCounters& counters) { expert_cache_ = counters; }
 
  private:
   struct Seq {
@@ -180,7 +202,7 @@ class FakeExecutor : public Executor {
     return slots_[static_cast<size_t>(s.blocks[pos / bs].value()) * bs + pos % bs];
   }
 
-  absl::StatusOr<SequenceOutput> Compute(SequenceId id, Seq& s, int32_t n) {
+  absl::StatusOr<SequenceOutput> Compute(SequenceId id, Seq& s, int32_t n, bool report_routing) {
     const int32_t end = s.computed + n;
     if (n < 1 || end > static_cast<int32_t>(s.tokens.size())) {
       return Fail(StrCat("sequence ", id, " schedules ", n, " tokens past what it knows"));
@@ -191,6 +213,20 @@ class FakeExecutor : public Executor {
     for (int32_t pos = s.computed; pos < end; ++pos) Slot(s, pos) = s.tokens[pos];
     SequenceOutput out;
     out.seq_id = id;
+    if (report_routing && info_.num_experts > 0) {
+      // As the engine: every computed token counts once per routed expert in every sparse
+      // layer; dense layers' rows stay zero.
+      const int32_t num_experts = info_.num_experts;
+      out.expert_counts.assign(static_cast<size_t>(info_.num_layers) * num_experts, 0);
+      for (int32_t pos = s.computed; pos < end; ++pos) {
+        for (int32_t l = 0; l < info_.num_layers; ++l) {
+          if (!info_.sparse_layers.empty() && !info_.sparse_layers[l]) continue;
+          for (int32_t e : FakeRoutedExperts(s.tokens[pos], l, info_)) {
+            ++out.expert_counts[static_cast<size_t>(l) * num_experts + e];
+          }
+        }
+      }
+    }
     if (s.prompt_logprobs >= 0) {
       // As the engine: each computed prompt position scores the next prompt token, reading the
       // prefix back through the block table.
@@ -221,6 +257,8 @@ class FakeExecutor : public Executor {
   int64_t num_steps_ = 0;
   int64_t num_imports_ = 0;
   int64_t num_exports_ = 0;
+  int64_t num_routing_steps_ = 0;
+  ExpertCacheCounters expert_cache_;
   std::chrono::microseconds step_delay_{0};
 };
 

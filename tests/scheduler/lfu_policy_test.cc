@@ -60,5 +60,16 @@ TEST(LfuPolicyTest, CountsSurviveEviction) {
   EXPECT_EQ(AccessAll(*p, {kC}), (std::vector<ExpertKey>{kA}));
 }
 
+// A more frequently used expert scores higher whatever the recency: the store evicts the
+// least frequently used first, as the policy does.
+TEST(LfuPolicyTest, KeepScoreIsTheAccessCount) {
+  std::unique_ptr<ExpertCachePolicy> p = Lfu(2);
+  AccessAll(*p, {kA, kA, kA, kB});
+  EXPECT_EQ(p->KeepScore(kA), 3.0);
+  EXPECT_EQ(p->KeepScore(kB), 1.0);
+  EXPECT_EQ(AccessAll(*p, {kC}), (std::vector<ExpertKey>{kB}));
+  EXPECT_FALSE(p->UsesForecast());
+}
+
 }  // namespace
 }  // namespace loom

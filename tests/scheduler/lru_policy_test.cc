@@ -59,5 +59,17 @@ TEST(LruPolicyTest, SkipsPinnedAndNeverPrefetches) {
   EXPECT_EQ(p->stats().prefetches_issued, 0);
 }
 
+// The score the engine's store evicts by puts the least recently used resident expert lowest,
+// so the store evicts what the policy would.
+TEST(LruPolicyTest, KeepScoreIsRecency) {
+  std::unique_ptr<ExpertCachePolicy> p = Lru(3);
+  AccessAll(*p, {kA, kB, kC, kA});
+  EXPECT_LT(p->KeepScore(kB), p->KeepScore(kC));
+  EXPECT_LT(p->KeepScore(kC), p->KeepScore(kA));
+  EXPECT_EQ(AccessAll(*p, {kD}), (std::vector<ExpertKey>{kB}));
+  EXPECT_FALSE(p->UsesForecast());
+  EXPECT_EQ(p->KeepScore({5, 0}), 0.0);  // outside the model
+}
+
 }  // namespace
 }  // namespace loom

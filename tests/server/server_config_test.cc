@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "gtest/gtest.h"
+#include "scheduler/experts/expert_cache_policy.h"
 
 namespace loom {
 namespace {
@@ -130,6 +131,49 @@ TEST(ServerConfigTest, QuantizedActivationsIsF32OrInt8) {
   const absl::Status s = Load({}, env, &c);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("quantized_activations"), std::string_view::npos) << s;
+}
+
+// The expert cache's keys: off by default, sized in MiB, a policy the scheduler knows, a
+// boolean that needs --flag=false to turn off, and no cache on a backend without one.
+TEST(ServerConfigTest, ExpertCacheKeys) {
+  FakeEnv env;
+  ServerConfig c;
+  ASSERT_TRUE(Load({}, env, &c).ok());
+  EXPECT_EQ(c.expert_cache_mb, 0);
+  EXPECT_EQ(c.expert_cache_policy, "activation");
+  EXPECT_TRUE(c.expert_direct_io);
+  ASSERT_TRUE(Load({"--config", WriteTemp(R"({"expert_cache_mb": 512, "expert_cache_policy": "lru"})")},
+                   env, &c)
+                  .ok());
+  EXPECT_EQ(c.expert_cache_mb, 512);
+  EXPECT_EQ(c.expert_cache_policy, "lru");
+  env.vars["LOOM_EXPERT_CACHE_POLICY"] = "lfu";
+  ASSERT_TRUE(Load({"--expert-direct-io=false", "--expert-cache-mb", "64"}, env, &c).ok());
+  EXPECT_EQ(c.expert_cache_policy, "lfu");
+  EXPECT_FALSE(c.expert_direct_io);
+  EXPECT_EQ(c.expert_cache_mb, 64);
+  ASSERT_TRUE(Load({"--expert_direct_io"}, env, &c).ok());
+  EXPECT_TRUE(c.expert_direct_io);
+  // Every policy the scheduler has is accepted; nothing else is.
+  for (std::string_view name : ExpertCachePolicy::Names()) {
+    ServerConfig d;
+    ASSERT_TRUE(Load({"--expert-cache-policy", std::string(name)}, FakeEnv{}, &d).ok()) << name;
+    EXPECT_EQ(d.expert_cache_policy, name);
+  }
+  absl::Status s = Load({"--expert-cache-policy", "fifo"}, FakeEnv{}, &c);
+  EXPECT_NE(s.message().find("expert_cache_policy"), std::string_view::npos) << s;
+  s = Load({"--expert-cache-mb", "-1"}, FakeEnv{}, &c);
+  EXPECT_NE(s.message().find("expert_cache_mb must be in [0,"), std::string_view::npos) << s;
+  s = Load({"--config", WriteTemp(R"({"expert_direct_io": "no"})")}, FakeEnv{}, &c);
+  EXPECT_NE(s.message().find("expert_direct_io must be true or false"), std::string_view::npos)
+      << s;
+  // The expert cache is the CPU backend's; elsewhere it is refused, naming both keys.
+  ServerConfig cuda;
+  s = Load({"--backend", "cuda", "--expert-cache-mb", "256"}, FakeEnv{}, &cuda);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("expert_cache_mb"), std::string_view::npos) << s;
+  EXPECT_NE(s.message().find("backend cpu"), std::string_view::npos) << s;
+  EXPECT_TRUE(Load({"--backend", "cuda", "--expert-cache-mb", "0"}, FakeEnv{}, &cuda).ok());
 }
 
 TEST(ServerConfigTest, HelpIsAnswered) {

@@ -92,5 +92,79 @@ TEST(ServerMetricsTest, InterTokenLatencySplitsABatchOverItsTokens) {
   EXPECT_TRUE(Has(text, R"(loom_inter_token_latency_seconds_bucket{model_name="m",le="0.1"} 3)"));
 }
 
+// An MoE model with an expert cache: every expert cache series is there at 0 before the first
+// step (so rates and alerts work from the start), then follows the engine's cumulative counters.
+TEST(ServerMetricsTest, ExpertCacheFamiliesStartAtZeroAndFollowTheEngine) {
+  MetricsOptions options{"moe", true, 4096};
+  options.expert_cache_slots = 24;
+  options.expert_slot_bytes = 1 << 20;
+  ServerMetrics metrics(options);
+  std::string text = metrics.Render();
+  for (const char* series :
+       {R"(loom_expert_cache_hits_total{model_name="moe"} 0)",
+        R"(loom_expert_cache_misses_total{model_name="moe"} 0)",
+        R"(loom_expert_cache_evictions_total{model_name="moe"} 0)",
+        R"(loom_expert_prefetches_total{model_name="moe",outcome="issued"} 0)",
+        R"(loom_expert_prefetches_total{model_name="moe",outcome="used"} 0)",
+        R"(loom_expert_prefetches_total{model_name="moe",outcome="wasted"} 0)",
+        R"(loom_expert_prefetches_total{model_name="moe",outcome="cancelled"} 0)",
+        R"(loom_expert_prefetches_total{model_name="moe",outcome="dropped"} 0)",
+        R"(loom_expert_cache_loaded_bytes_total{model_name="moe"} 0)",
+        R"(loom_expert_cache_load_seconds_total{model_name="moe"} 0)",
+        R"(loom_expert_cache_slots{model_name="moe"} 24)",
+        R"(loom_expert_cache_resident_experts{model_name="moe"} 0)",
+        R"(loom_expert_cache_capacity_bytes{model_name="moe"} 25165824)"}) {
+    EXPECT_TRUE(Has(text, series)) << series << "\n" << text;
+  }
+  EXPECT_FALSE(Has(text, "vllm:expert"));
+  SchedulerStats s;
+  s.expert_cache.slots = 24;
+  s.expert_cache.resident = 20;
+  s.expert_cache.hits = 90;
+  s.expert_cache.misses = 10;
+  s.expert_cache.evictions = 4;
+  s.expert_cache.prefetches_issued = 7;
+  s.expert_cache.prefetches_used = 5;
+  s.expert_cache.prefetches_wasted = 1;
+  s.expert_cache.prefetches_cancelled = 2;
+  s.expert_cache.prefetches_dropped = 3;
+  s.expert_cache.bytes_loaded = 17 << 20;
+  s.expert_cache.load_seconds = 0.5;
+  metrics.UpdateScheduler(s);
+  s.expert_cache.hits = 120;
+  s.expert_cache.load_seconds = 0.75;
+  metrics.UpdateScheduler(s);
+  text = metrics.Render();
+  for (const char* series :
+       {R"(loom_expert_cache_hits_total{model_name="moe"} 120)",
+        R"(loom_expert_cache_misses_total{model_name="moe"} 10)",
+        R"(loom_expert_cache_evictions_total{model_name="moe"} 4)",
+        R"(loom_expert_prefetches_total{model_name="moe",outcome="issued"} 7)",
+        R"(loom_expert_prefetches_total{model_name="moe",outcome="used"} 5)",
+        R"(loom_expert_prefetches_total{model_name="moe",outcome="wasted"} 1)",
+        R"(loom_expert_prefetches_total{model_name="moe",outcome="cancelled"} 2)",
+        R"(loom_expert_prefetches_total{model_name="moe",outcome="dropped"} 3)",
+        R"(loom_expert_cache_loaded_bytes_total{model_name="moe"} 17825792)",
+        R"(loom_expert_cache_load_seconds_total{model_name="moe"} 0.75)",
+        R"(loom_expert_cache_resident_experts{model_name="moe"} 20)"}) {
+    EXPECT_TRUE(Has(text, series)) << series << "\n" << text;
+  }
+  // A snapshot from before the engine's first report (all zero) takes nothing back.
+  metrics.UpdateScheduler(SchedulerStats{});
+  text = metrics.Render();
+  EXPECT_TRUE(Has(text, R"(loom_expert_cache_hits_total{model_name="moe"} 120)"));
+  EXPECT_TRUE(Has(text, R"(loom_expert_cache_resident_experts{model_name="moe"} 20)"));
+  EXPECT_TRUE(Has(text, R"(loom_expert_cache_slots{model_name="moe"} 24)"));
+}
+
+// A dense model (or every expert resident) declares no expert cache family.
+TEST(ServerMetricsTest, NoExpertCacheNoExpertFamilies) {
+  ServerMetrics metrics(MetricsOptions{"dense", false, 4096});
+  SchedulerStats s;
+  s.expert_cache.hits = 5;  // ignored: there is no cache to report
+  metrics.UpdateScheduler(s);
+  EXPECT_FALSE(Has(metrics.Render(), "expert"));
+}
+
 }  // namespace
 }  // namespace loom
