@@ -1,8 +1,10 @@
 // Expert prefetch hints: what the scheduler's expert-cache policy tells the engine's expert
 // store to load ahead of need (shared/ARCHITECTURE.md §3, "expert prefetch hints").
 //
-// Plain data, no behaviour. An expert is named by (layer, expert): the index of the MoE layer
-// in decoder order and the index of the routed expert inside it, as the router numbers them. A
+// Plain data, no behaviour. An expert is named by (layer, expert): `layer` counts the model's
+// sparse (MoE) layers only, in decoder order (0 = the first sparse layer, whatever dense layers
+// come before or between: ModelInfo::sparse_layers says which decoder layers they are), and
+// `expert` is the routed expert's index inside it, as the router numbers them. A
 // hint list is ordered most urgent first; the engine loads in that order, may drop hints it has
 // no room or bandwidth for (a dropped hint costs a later on-demand load, never a wrong result),
 // and always serves an on-demand load (an expert the running step needs) before any hint.

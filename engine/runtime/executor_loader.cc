@@ -191,6 +191,9 @@ absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(const Engin
                                                        model_config.moe.num_experts,
                                                        *ex->checkpoint_, store_options));
     ex->expert_store_ = &stored->store();
+    for (int32_t l = 0; l < model_config.num_layers; ++l) {
+      if (model_config.IsSparseLayer(l)) ex->sparse_layer_index_.push_back(l);
+    }
     const ExpertStoreStats stats = ex->expert_store_->Stats();
     ex->capacity_.expert_cache_slots = stats.num_slots;
     ex->capacity_.expert_slot_bytes = ex->expert_store_->slot_bytes();

@@ -419,17 +419,33 @@ void LocalExecutor::ProcessLogitRow(const LogitRequest& request, float* logits,
 }
 
 void LocalExecutor::ApplyExpertHints(const StepPlan& plan) {
+  // The plan counts sparse layers only (engine/api/expert_hints.h); the store keys experts by
+  // decoder layer. Keys outside the model are dropped.
+  auto to_store = [this](ExpertKey key, ExpertKey* out) {
+    if (key.layer < 0 || key.layer >= static_cast<int32_t>(sparse_layer_index_.size()) ||
+        key.expert < 0 || key.expert >= info_.num_experts) {
+      return false;
+    }
+    *out = {sparse_layer_index_[static_cast<size_t>(key.layer)], key.expert};
+    return true;
+  };
   if (!plan.expert_scores.empty()) {
     std::vector<std::pair<ExpertKey, double>> scores;
     scores.reserve(plan.expert_scores.size());
-    for (const ExpertScore& s : plan.expert_scores) scores.emplace_back(s.key, s.score);
+    for (const ExpertScore& s : plan.expert_scores) {
+      ExpertKey key;
+      if (to_store(s.key, &key)) scores.emplace_back(key, s.score);
+    }
     expert_store_->SetScores(scores);
   }
   if (!plan.expert_prefetch.empty()) {
     // Loaded while the forward pass runs; the step's own (on-demand) loads go first.
     std::vector<ExpertKey> keys;
     keys.reserve(plan.expert_prefetch.size());
-    for (const ExpertPrefetchHint& h : plan.expert_prefetch) keys.push_back(h.key);
+    for (const ExpertPrefetchHint& h : plan.expert_prefetch) {
+      ExpertKey key;
+      if (to_store(h.key, &key)) keys.push_back(key);
+    }
     expert_store_->Prefetch(keys);
   }
 }

@@ -160,6 +160,8 @@ class LocalExecutor final : public Executor {
   // The expert store behind the model's expert provider, when an expert cache is on (owned by
   // the provider, which the model owns); null otherwise.
   ExpertStore* expert_store_ = nullptr;
+  // The decoder layer of each sparse layer, in order (ModelInfo::sparse_layers).
+  std::vector<int32_t> sparse_layer_index_;
   std::unique_ptr<KvPool> kv_;
   std::unique_ptr<RopeTable> rope_;
   // Threads for sampling: the CPU backend's pool, or an own one for other backends.

@@ -50,8 +50,10 @@ Trace RunSteps(LocalExecutor& executor, const std::vector<std::vector<TokenId>>&
   std::mt19937 rng(seed);
   auto add_hints = [&](StepPlan& plan) {
     if (hints == Hints::kNone) return;
-    for (int32_t l = 0; l < info.num_layers; ++l) {
-      if (!info.sparse_layers[static_cast<size_t>(l)]) continue;
+    // Plans name sparse layers by their position among the sparse layers.
+    int32_t sparse = 0;
+    for (bool s : info.sparse_layers) sparse += s;
+    for (int32_t l = 0; l < sparse; ++l) {
       for (int32_t e = 0; e < info.num_experts; ++e) {
         if (hints == Hints::kRandom && rng() % 3 != 0) continue;
         const double urgency = static_cast<double>(rng() % 1000) / 100.0;
