@@ -9,16 +9,20 @@
 namespace loom {
 namespace {
 
+// The bytes of one of the checkpoint's files, as mapped.
+struct MappedBytes {
+  const uint8_t* base;
+  int64_t num_bytes;
+};
+
 // Where `view`'s bytes lie in the checkpoint's files.
-absl::StatusOr<ExpertPart> Locate(const WeightView& view, const Checkpoint& checkpoint,
+absl::StatusOr<ExpertPart> Locate(const WeightView& view, std::span<const MappedBytes> files,
                                   ExpertKey key) {
   const auto* data = static_cast<const uint8_t*>(view.data);
   const int64_t bytes = view.rows * DTypeRowBytes(view.dtype, view.cols);
-  const auto& files = checkpoint.files();
   for (size_t f = 0; f < files.size(); ++f) {
-    const auto* base = static_cast<const uint8_t*>(files[f]->mapping());
-    if (data >= base && data + bytes <= base + files[f]->file_bytes()) {
-      return ExpertPart{static_cast<int32_t>(f), data - base, bytes};
+    if (data >= files[f].base && data + bytes <= files[f].base + files[f].num_bytes) {
+      return ExpertPart{static_cast<int32_t>(f), data - files[f].base, bytes};
     }
   }
   return absl::InternalError(StrCat("expert ", key.expert, " of layer ", key.layer,
@@ -30,11 +34,16 @@ absl::StatusOr<ExpertPart> Locate(const WeightView& view, const Checkpoint& chec
 absl::StatusOr<std::unique_ptr<StoredExpertProvider>> StoredExpertProvider::Create(
     std::span<const ExpertWeights> experts, int32_t num_experts, const Checkpoint& checkpoint,
     const ExpertStoreOptions& options) {
-  if (checkpoint.gguf() != nullptr) {
-    return absl::UnimplementedError("an expert cache needs a safetensors checkpoint");
-  }
   std::vector<std::string> paths;
-  for (const auto& file : checkpoint.files()) paths.push_back(file->path());
+  std::vector<MappedBytes> mapped;
+  if (const GgufFile* gguf = checkpoint.gguf()) {
+    paths.push_back(gguf->path());
+    mapped.push_back({static_cast<const uint8_t*>(gguf->mapping()), gguf->file_bytes()});
+  }
+  for (const auto& file : checkpoint.files()) {
+    paths.push_back(file->path());
+    mapped.push_back({static_cast<const uint8_t*>(file->mapping()), file->file_bytes()});
+  }
   std::vector<ExpertLocation> locations;
   std::vector<ExpertWeights> shapes(experts.begin(), experts.end());
   for (size_t i = 0; i < experts.size(); ++i) {
@@ -44,7 +53,7 @@ absl::StatusOr<std::unique_ptr<StoredExpertProvider>> StoredExpertProvider::Crea
                         static_cast<int32_t>(i % static_cast<size_t>(num_experts))};
     ExpertLocation location{key, {}};
     for (const LinearWeight* m : {&w.gate, &w.up, &w.down}) {
-      LOOM_ASSIGN_OR_RETURN(ExpertPart part, Locate(m->weight, checkpoint, key));
+      LOOM_ASSIGN_OR_RETURN(ExpertPart part, Locate(m->weight, mapped, key));
       location.parts.push_back(part);
     }
     locations.push_back(std::move(location));

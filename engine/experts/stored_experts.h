@@ -27,8 +27,9 @@ class StoredExpertProvider final : public ExpertProvider {
  public:
   // `experts`: [num_layers * num_experts] as bound by the loader (views into `checkpoint`'s
   // mapping; entries of dense layers empty). Finds each expert's three matrices in the
-  // checkpoint's files and opens a store of `options.budget_bytes` over them. The checkpoint
-  // must be safetensors (a GGUF file is refused) and may be closed afterwards.
+  // checkpoint's files (safetensors shards, or the GGUF file, where an expert is whole rows of
+  // the layer's stacked tensors) and opens a store of `options.budget_bytes` over them. The
+  // checkpoint may be closed afterwards.
   static absl::StatusOr<std::unique_ptr<StoredExpertProvider>> Create(
       std::span<const ExpertWeights> experts, int32_t num_experts, const Checkpoint& checkpoint,
       const ExpertStoreOptions& options);

@@ -51,9 +51,13 @@ LinearWeight Matrix(const Checkpoint& checkpoint, const std::string& name) {
 ExpertLayout DetectExpertLayout(const ModelConfig& c, const Checkpoint& checkpoint) {
   for (int32_t layer = 0; layer < c.num_layers; ++layer) {
     if (!c.IsSparseLayer(layer)) continue;
-    return checkpoint.Find(LayerName(layer, "mlp.experts.gate_up_proj")) != nullptr
-               ? ExpertLayout::kFused
-               : ExpertLayout::kPerExpert;
+    if (checkpoint.Find(LayerName(layer, "mlp.experts.gate_up_proj")) != nullptr) {
+      return ExpertLayout::kFused;
+    }
+    if (checkpoint.Find(LayerName(layer, "mlp.experts.gate_proj")) != nullptr) {
+      return ExpertLayout::kStacked;
+    }
+    return ExpertLayout::kPerExpert;
   }
   return ExpertLayout::kPerExpert;
 }
@@ -68,6 +72,12 @@ void ExpectMoeLayerTensors(const ModelConfig& c, int32_t layer, ExpertLayout lay
   if (layout == ExpertLayout::kFused) {
     out.push_back(
         {LayerName(layer, "mlp.experts.gate_up_proj"), {experts, 2 * inter, hidden}, true, true});
+    out.push_back(
+        {LayerName(layer, "mlp.experts.down_proj"), {experts, hidden, inter}, true, true});
+  } else if (layout == ExpertLayout::kStacked) {
+    out.push_back(
+        {LayerName(layer, "mlp.experts.gate_proj"), {experts, inter, hidden}, true, true});
+    out.push_back({LayerName(layer, "mlp.experts.up_proj"), {experts, inter, hidden}, true, true});
     out.push_back(
         {LayerName(layer, "mlp.experts.down_proj"), {experts, hidden, inter}, true, true});
   } else {
@@ -102,6 +112,15 @@ void BindMoeLayer(const ModelConfig& c, int32_t layer, ExpertLayout layout,
     for (int64_t e = 0; e < static_cast<int64_t>(experts.size()); ++e) {
       experts[e].gate = Rows(gate_up, e * 2 * inter, inter);
       experts[e].up = Rows(gate_up, e * 2 * inter + inter, inter);
+      experts[e].down = Rows(down, e * hidden, hidden);
+    }
+  } else if (layout == ExpertLayout::kStacked) {
+    const TensorInfo& gate = *checkpoint.Find(LayerName(layer, "mlp.experts.gate_proj"));
+    const TensorInfo& up = *checkpoint.Find(LayerName(layer, "mlp.experts.up_proj"));
+    const TensorInfo& down = *checkpoint.Find(LayerName(layer, "mlp.experts.down_proj"));
+    for (int64_t e = 0; e < static_cast<int64_t>(experts.size()); ++e) {
+      experts[e].gate = Rows(gate, e * inter, inter);
+      experts[e].up = Rows(up, e * inter, inter);
       experts[e].down = Rows(down, e * hidden, hidden);
     }
   } else {

@@ -10,7 +10,12 @@
 //               model.layers.{i}.mlp.gate.weight [E, hidden],
 //               model.layers.{i}.mlp.experts.gate_up_proj [E, 2 * I, hidden] (rows: gate, then
 //               up), model.layers.{i}.mlp.experts.down_proj [E, hidden, I]; each expert is then
-//               a view of rows of the 3-D tensors.
+//               a view of rows of the 3-D tensors;
+//   kStacked    llama.cpp's layout, as a GGUF file's tensors appear (engine/weights/gguf_model.h):
+//               model.layers.{i}.mlp.gate.weight [E, hidden],
+//               model.layers.{i}.mlp.experts.{gate,up}_proj [E, I, hidden],
+//               model.layers.{i}.mlp.experts.down_proj [E, hidden, I]; each expert is whole rows
+//               of the 3-D tensors, in any storage format (a block-quantized row is whole blocks).
 // Both: Qwen2-MoE's shared expert is model.layers.{i}.mlp.shared_expert.{gate,up,down}_proj.weight
 // and model.layers.{i}.mlp.shared_expert_gate.weight [1, hidden]. No MoE tensor has a bias.
 #pragma once
@@ -27,7 +32,7 @@
 
 namespace loom {
 
-enum class ExpertLayout { kPerExpert, kFused };
+enum class ExpertLayout { kPerExpert, kFused, kStacked };
 
 // The always-resident weights of a sparse layer (the experts are reached through the provider).
 struct MoeLayerWeights {
@@ -37,8 +42,8 @@ struct MoeLayerWeights {
   LinearWeight shared_expert_gate;
 };
 
-// kFused when the checkpoint holds the fused tensors of the model's first sparse layer, otherwise
-// kPerExpert (validation then names whatever is missing).
+// kFused / kStacked when the checkpoint holds the fused / stacked gate tensor of the model's first
+// sparse layer, otherwise kPerExpert (validation then names whatever is missing).
 ExpertLayout DetectExpertLayout(const ModelConfig& config, const Checkpoint& checkpoint);
 
 // Appends the tensors sparse layer `layer` reads, with exact shapes.

@@ -120,6 +120,9 @@ class GgufFile {
   int64_t alignment() const { return alignment_; }
   int64_t file_bytes() const { return static_cast<int64_t>(bytes_.size()); }
   int64_t data_offset() const { return data_offset_; }
+  // The file's first byte (the mapping, or Parse's bytes): a tensor's `data` minus this is its
+  // offset in the file.
+  const void* mapping() const { return bytes_.data(); }
 
   // Metadata in file order, and by key (null when absent).
   const std::vector<std::pair<std::string, GgufValue>>& metadata() const { return metadata_; }

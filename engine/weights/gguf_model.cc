@@ -25,6 +25,8 @@ constexpr ArchitectureEntry kArchitectures[] = {
     {"llama", "LlamaForCausalLM", "llama", true},
     {"qwen2", "Qwen2ForCausalLM", "qwen2", false},
     {"qwen3", "Qwen3ForCausalLM", "qwen3", false},
+    {"qwen2moe", "Qwen2MoeForCausalLM", "qwen2_moe", false},
+    {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe", false},
 };
 
 absl::StatusOr<const ArchitectureEntry*> ArchitectureOf(const GgufFile& file) {
@@ -72,6 +74,126 @@ absl::StatusOr<std::optional<double>> ArchFloat(const GgufFile& file, std::strin
   return v;
 }
 
+// The mixture-of-experts hyper-parameters of `file`, as the config.json keys of its Hugging Face
+// class (Mixtral for `llama` with experts; Qwen2-MoE / Qwen3-MoE), and what llama.cpp assumes
+// where the converter writes nothing: Qwen2-MoE does not renormalize the chosen experts'
+// probabilities, Qwen3-MoE and Mixtral do; an expert's size defaults to feed_forward_length /
+// expert_used_count, the shared expert's to feed_forward_length. A sparse layer is one with a
+// router (blk.N.ffn_gate_inp); others are dense (Qwen's mlp_only_layers).
+struct GgufMoe {
+  bool mixtral = false;
+  int64_t num_experts = 0;  // 0: dense
+  int64_t num_experts_per_tok = 0;
+  int64_t expert_intermediate_size = 0;
+  int64_t shared_expert_intermediate_size = 0;  // Qwen2-MoE only
+  bool norm_topk_prob = false;
+  std::vector<int64_t> dense_layers;
+};
+
+absl::StatusOr<GgufMoe> ReadMoe(const GgufFile& file, const ArchitectureEntry& arch,
+                                int64_t layers, int64_t ffn) {
+  const std::string_view a = arch.gguf;
+  const bool qwen2 = a == "qwen2moe";
+  const bool qwen3 = a == "qwen3moe";
+  GgufMoe moe;
+  constexpr int64_t kMaxExperts = 1 << 16;
+  LOOM_ASSIGN_OR_RETURN(std::optional<int64_t> count,
+                        ArchInt(file, a, "expert_count", 0, kMaxExperts, qwen2 || qwen3));
+  if (!count || *count == 0) {
+    if (qwen2 || qwen3) {
+      return absl::InvalidArgumentError(
+          StrCat(file.path(), ": ", a, ".expert_count must be positive"));
+    }
+    return moe;  // a dense llama file
+  }
+  if (a != "llama" && !qwen2 && !qwen3) {
+    return absl::UnimplementedError(StrCat(file.path(), ": ", a, ".expert_count ", *count,
+                                           ": mixture-of-experts '", a, "' is not supported"));
+  }
+  moe.mixtral = a == "llama";
+  moe.num_experts = *count;
+  LOOM_ASSIGN_OR_RETURN(std::optional<int64_t> used,
+                        ArchInt(file, a, "expert_used_count", 1, *count, true));
+  moe.num_experts_per_tok = *used;
+  LOOM_ASSIGN_OR_RETURN(std::optional<int64_t> expert_ffn,
+                        ArchInt(file, a, "expert_feed_forward_length", 1, int64_t{1} << 20, false));
+  moe.expert_intermediate_size = expert_ffn ? *expert_ffn : moe.mixtral ? ffn : ffn / *used;
+  if (qwen2) {
+    LOOM_ASSIGN_OR_RETURN(
+        std::optional<int64_t> shared,
+        ArchInt(file, a, "expert_shared_feed_forward_length", 1, int64_t{1} << 20, false));
+    moe.shared_expert_intermediate_size = shared ? *shared : ffn;
+  }
+  moe.norm_topk_prob = !qwen2;
+  if (const GgufValue* norm = file.Find(StrCat(a, ".expert_weights_norm"))) {
+    const std::optional<bool> v = norm->Bool();
+    if (!v) {
+      return absl::InvalidArgumentError(
+          StrCat(file.path(), ": ", a, ".expert_weights_norm must be a bool"));
+    }
+    if (moe.mixtral && !*v) {
+      return absl::UnimplementedError(StrCat(
+          file.path(), ": ", a, ".expert_weights_norm false: Mixtral always renormalizes"));
+    }
+    moe.norm_topk_prob = *v;
+  }
+  // Routing loom does not implement: anything but a softmax over all experts, unscaled.
+  constexpr int64_t kSoftmaxGating = 1;  // llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX
+  if (const GgufValue* gating = file.Find(StrCat(a, ".expert_gating_func"))) {
+    if (gating->Int() != std::optional<int64_t>(kSoftmaxGating)) {
+      return absl::UnimplementedError(StrCat(file.path(), ": ", a,
+                                             ".expert_gating_func is not softmax (1): only "
+                                             "softmax routing is supported"));
+    }
+  }
+  if (file.Find(StrCat(a, ".expert_weights_scale")) != nullptr) {
+    const std::optional<double> scale = file.GetFloat(StrCat(a, ".expert_weights_scale"));
+    if (scale != std::optional<double>(1.0)) {
+      return absl::UnimplementedError(StrCat(file.path(), ": ", a,
+                                             ".expert_weights_scale other than 1 is not supported"));
+    }
+  }
+  if (const GgufValue* groups = file.Find(StrCat(a, ".expert_group_count"))) {
+    if (groups->Int().value_or(0) > 1) {
+      return absl::UnimplementedError(
+          StrCat(file.path(), ": ", a, ".expert_group_count: grouped routing is not supported"));
+    }
+  }
+  for (int64_t layer = 0; layer < layers; ++layer) {
+    if (file.FindTensor(StrCat("blk.", layer, ".ffn_gate_inp.weight")) != nullptr) continue;
+    if (moe.mixtral) {
+      return absl::UnimplementedError(
+          StrCat(file.path(), ": layer ", layer, " has no router (blk.", layer,
+                 ".ffn_gate_inp.weight): a `llama` file with experts must have them in every "
+                 "layer"));
+    }
+    moe.dense_layers.push_back(layer);
+  }
+  return moe;
+}
+
+void WriteMoe(const GgufMoe& moe, JsonWriter& w) {
+  w.Key(moe.mixtral ? "num_local_experts" : "num_experts");
+  w.Int(moe.num_experts);
+  w.Key("num_experts_per_tok");
+  w.Int(moe.num_experts_per_tok);
+  if (moe.mixtral) return;  // intermediate_size is the experts' size
+  w.Key("moe_intermediate_size");
+  w.Int(moe.expert_intermediate_size);
+  if (moe.shared_expert_intermediate_size > 0) {
+    w.Key("shared_expert_intermediate_size");
+    w.Int(moe.shared_expert_intermediate_size);
+  }
+  w.Key("norm_topk_prob");
+  w.Bool(moe.norm_topk_prob);
+  w.Key("decoder_sparse_step");
+  w.Int(1);
+  w.Key("mlp_only_layers");
+  w.BeginArray();
+  for (int64_t layer : moe.dense_layers) w.Int(layer);
+  w.EndArray();
+}
+
 // Layer index and suffix of "blk.N.suffix"; nullopt for other names.
 std::optional<std::pair<std::string, std::string_view>> SplitLayer(std::string_view name) {
   constexpr std::string_view kPrefix = "blk.";
@@ -97,6 +219,19 @@ constexpr NamePair kLayerNames[] = {
     {"attn_q_norm", "self_attn.q_norm"}, {"attn_k_norm", "self_attn.k_norm"},
     {"ffn_gate", "mlp.gate_proj"},       {"ffn_up", "mlp.up_proj"},
     {"ffn_down", "mlp.down_proj"},
+    {"ffn_gate_inp", "mlp.gate"},
+    {"ffn_gate_shexp", "mlp.shared_expert.gate_proj"},
+    {"ffn_up_shexp", "mlp.shared_expert.up_proj"},
+    {"ffn_down_shexp", "mlp.shared_expert.down_proj"},
+    {"ffn_gate_inp_shexp", "mlp.shared_expert_gate"},
+};
+
+// Stacked experts [num_experts, rows, cols]: named like transformers' fused 3-D tensors, without
+// a ".weight" suffix (engine/models/moe_weights.h, layout kStacked).
+constexpr NamePair kStackedExpertNames[] = {
+    {"ffn_gate_exps", "mlp.experts.gate_proj"},
+    {"ffn_up_exps", "mlp.experts.up_proj"},
+    {"ffn_down_exps", "mlp.experts.down_proj"},
 };
 
 constexpr NamePair kGlobalNames[] = {
@@ -138,6 +273,11 @@ std::string HfTensorName(std::string_view gguf_name) {
   const auto [stem, param] = SplitParam(gguf_name);
   if (param != "weight" && param != "bias") return std::string(gguf_name);
   if (std::optional<std::pair<std::string, std::string_view>> layer = SplitLayer(stem)) {
+    for (const NamePair& pair : kStackedExpertNames) {
+      if (pair.gguf == layer->second && param == "weight") {
+        return StrCat("model.layers.", layer->first, ".", pair.hf);
+      }
+    }
     for (const NamePair& pair : kLayerNames) {
       if (pair.gguf == layer->second) {
         return StrCat("model.layers.", layer->first, ".", pair.hf, ".", param);
@@ -199,18 +339,21 @@ absl::StatusOr<std::string> GgufConfigJson(const GgufFile& file) {
     return absl::InvalidArgumentError(StrCat(file.path(), ": cannot tell the vocabulary size"));
   }
 
+  LOOM_ASSIGN_OR_RETURN(const GgufMoe moe, ReadMoe(file, *arch, *layers, *ffn));
+
   JsonWriter w;
   w.BeginObject();
   w.Key("architectures");
   w.BeginArray();
-  w.String(arch->hf_class);
+  w.String(moe.mixtral ? std::string_view("MixtralForCausalLM") : arch->hf_class);
   w.EndArray();
   w.Key("model_type");
-  w.String(arch->model_type);
+  w.String(moe.mixtral ? std::string_view("mixtral") : arch->model_type);
   w.Key("hidden_size");
   w.Int(*hidden);
   w.Key("intermediate_size");
-  w.Int(*ffn);
+  w.Int(moe.mixtral ? moe.expert_intermediate_size : *ffn);
+  if (moe.num_experts > 0) WriteMoe(moe, w);
   w.Key("num_hidden_layers");
   w.Int(*layers);
   w.Key("num_attention_heads");
@@ -251,10 +394,13 @@ absl::StatusOr<std::string> GgufConfigJson(const GgufFile& file) {
   }
   w.Key("tie_word_embeddings");
   w.Bool(file.FindTensor("output.weight") == nullptr);
-  if (arch->gguf == std::string_view("llama")) {
-    const GgufTensor* q_bias = file.FindTensor("blk.0.attn_q.bias");
+  const bool q_bias = file.FindTensor("blk.0.attn_q.bias") != nullptr;
+  if (arch->gguf == std::string_view("llama") || arch->gguf == std::string_view("qwen3moe")) {
     w.Key("attention_bias");
-    w.Bool(q_bias != nullptr);
+    w.Bool(q_bias);
+  } else if (arch->gguf == std::string_view("qwen2moe")) {
+    w.Key("qkv_bias");
+    w.Bool(q_bias);
   }
   if (std::optional<int64_t> bos = file.GetInt("tokenizer.ggml.bos_token_id")) {
     w.Key("bos_token_id");
@@ -311,6 +457,10 @@ absl::StatusOr<std::unique_ptr<GgufTensorView>> MapGgufTensors(const GgufFile& f
     t.data = g.data;
     t.num_bytes = g.num_bytes;
     t.file = file.path();
+    // llama.cpp reads the shared expert's gate as a vector [hidden]; some files store it so.
+    if (t.shape.size() == 1 && t.name.ends_with(".mlp.shared_expert_gate.weight")) {
+      t.shape = {1, t.shape[0]};
+    }
     if (arch->permuted_qk) {
       const bool q = t.name.find(".self_attn.q_proj.") != std::string::npos;
       const bool k = t.name.find(".self_attn.k_proj.") != std::string::npos;

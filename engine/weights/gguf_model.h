@@ -3,15 +3,30 @@
 // validation and the binding of engine/models work on GGUF files unchanged.
 //
 // Architectures (`general.architecture`): `llama` (Llama, Mistral, SmolLM, TinyLlama ...) ->
-// LlamaForCausalLM, `qwen2` -> Qwen2ForCausalLM, `qwen3` -> Qwen3ForCausalLM. Anything else is
-// refused (Unimplemented, naming the architecture).
+// LlamaForCausalLM, or MixtralForCausalLM when `llama.expert_count` > 0; `qwen2` ->
+// Qwen2ForCausalLM, `qwen3` -> Qwen3ForCausalLM, `qwen2moe` -> Qwen2MoeForCausalLM, `qwen3moe` ->
+// Qwen3MoeForCausalLM. Anything else is refused (Unimplemented, naming the architecture).
+//
+// Mixture of experts: `<arch>.expert_count`, `expert_used_count`, `expert_feed_forward_length`
+// (default feed_forward_length / expert_used_count, as llama.cpp; Mixtral: feed_forward_length),
+// `expert_shared_feed_forward_length` (qwen2moe; default feed_forward_length) and
+// `expert_weights_norm` (default: what llama.cpp hard-codes: false for qwen2moe, true for qwen3moe
+// and Mixtral) become the config.json keys of the Hugging Face class; a layer without
+// blk.N.ffn_gate_inp is dense (mlp_only_layers). Refused (Unimplemented, naming the key): routing
+// other than softmax (`expert_gating_func`), `expert_weights_scale` != 1, grouped routing
+// (`expert_group_count` > 1), a dense layer in a Mixtral file, experts in other architectures.
 //
 // Tensor names (llama.cpp's convention; N is the layer):
 //   token_embd -> model.embed_tokens          output_norm -> model.norm    output -> lm_head
 //   blk.N.attn_norm -> input_layernorm        blk.N.ffn_norm -> post_attention_layernorm
 //   blk.N.attn_{q,k,v} -> self_attn.{q,k,v}_proj    blk.N.attn_output -> self_attn.o_proj
 //   blk.N.attn_{q,k}_norm -> self_attn.{q,k}_norm   blk.N.ffn_{gate,up,down} -> mlp.*_proj
-// (".weight" / ".bias" kept). Other tensors keep their GGUF names (the binder warns about them);
+//   blk.N.ffn_gate_inp -> mlp.gate (the router)     blk.N.ffn_{gate,up,down}_shexp ->
+//   mlp.shared_expert.*_proj                         blk.N.ffn_gate_inp_shexp -> mlp.shared_expert_gate
+//     (a vector [hidden] is seen as [1, hidden])
+// (".weight" / ".bias" kept), and the stacked experts blk.N.ffn_{gate,up,down}_exps.weight ->
+// model.layers.N.mlp.experts.{gate,up,down}_proj (no suffix; [num_experts, rows, cols], each
+// expert whole rows of it: engine/models/moe_weights.h's kStacked layout). Other tensors keep their GGUF names (the binder warns about them);
 // `rope_freqs.weight` (Llama 3.1 scaling as per-frequency divisors) is read by GgufRopeFactors.
 //
 // RoPE: llama.cpp's converter permutes the rows of `llama` q/k projections (and biases) so that

@@ -153,7 +153,10 @@ TEST_P(ExpertCacheTest, OutputsAreIdenticalWhateverTheCacheSizeAndHints) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ExpertCacheTest,
-                         ::testing::Values("mixtral", "qwen2_moe", "qwen3_moe"));
+                         ::testing::Values("mixtral", "qwen2_moe", "qwen3_moe",
+                                           // GGUF: experts are rows of the stacked tensors.
+                                           "gguf_mixtral_f16", "gguf_qwen2_moe_f16",
+                                           "gguf_qwen3_moe_q8_0"));
 
 TEST(ExpertCacheConfigTest, DenseModelsIgnoreTheBudget) {
   absl::StatusOr<std::unique_ptr<LocalExecutor>> dense = MakeExecutor("llama2_mha", 1 << 20);

@@ -7,10 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "engine/common/json.h"
+#include "engine/common/status.h"
 #include "engine/layers/rope_table.h"
 #include "engine/models/architecture.h"
 #include "engine/weights/checkpoint.h"
@@ -335,6 +337,144 @@ TEST(GgufModelTest, RefusesUnknownArchitectureAndMissingKeys) {
   ASSERT_TRUE(file.ok());
   status = GgufConfigJson(**file).status();
   LOOM_EXPECT_CONTAINS(std::string(status.message()), "general.architecture");
+}
+
+// The metadata of a tiny mixture-of-experts file (2 layers, hidden 8, feed_forward_length 16,
+// 4 experts, top 2) with a router in the layers of `sparse`; `extra` adds keys.
+std::vector<uint8_t> MoeFile(const std::string& arch, const std::vector<int>& sparse,
+                             const std::function<void(GgufBuilder&)>& extra = {}) {
+  GgufBuilder b;
+  b.Str("general.architecture", arch)
+      .U32(arch + ".block_count", 2)
+      .U32(arch + ".embedding_length", 8)
+      .U32(arch + ".feed_forward_length", 16)
+      .U32(arch + ".attention.head_count", 2)
+      .U32(arch + ".expert_count", 4)
+      .U32(arch + ".expert_used_count", 2)
+      .F32Tensor("token_embd.weight", {8, 10}, std::vector<float>(80, 0.0f));
+  for (int layer : sparse) {
+    b.F32Tensor("blk." + std::to_string(layer) + ".ffn_gate_inp.weight", {8, 4},
+                std::vector<float>(32, 0.0f));
+  }
+  if (extra) extra(b);
+  return b.Build();
+}
+
+absl::StatusOr<ModelConfig> MoeConfigOf(const std::vector<uint8_t>& bytes) {
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, ParseBytes(bytes));
+  LOOM_ASSIGN_OR_RETURN(const std::string text, GgufConfigJson(*file));
+  LOOM_ASSIGN_OR_RETURN(const Json json, Json::Parse(text, "config"));
+  return ParseModelConfig(json);
+}
+
+TEST(GgufModelTest, Qwen2MoeMetadataBecomesTheMoeConfig) {
+  absl::StatusOr<ModelConfig> c = MoeConfigOf(MoeFile("qwen2moe", {0}, [](GgufBuilder& b) {
+    b.U32("qwen2moe.expert_feed_forward_length", 6).U32(
+        "qwen2moe.expert_shared_feed_forward_length", 12);
+  }));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, "Qwen2MoeForCausalLM");
+  EXPECT_EQ(c->moe.num_experts, 4);
+  EXPECT_EQ(c->moe.num_experts_per_tok, 2);
+  EXPECT_EQ(c->moe.expert_intermediate_size, 6);
+  EXPECT_EQ(c->moe.shared_expert_intermediate_size, 12);
+  EXPECT_FALSE(c->moe.norm_topk_prob) << "llama.cpp's qwen2moe does not renormalize";
+  EXPECT_EQ(c->moe.naming, ExpertNaming::kQwen);
+  EXPECT_EQ(c->intermediate_size, 16) << "the dense layers' size";
+  EXPECT_EQ(c->layer_sparse, (std::vector<bool>{true, false})) << "no router: a dense layer";
+}
+
+TEST(GgufModelTest, MoeDefaultsAreLlamaCpps) {
+  // qwen3moe: renormalized, expert size feed_forward_length / expert_used_count.
+  absl::StatusOr<ModelConfig> c = MoeConfigOf(MoeFile("qwen3moe", {0, 1}));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, "Qwen3MoeForCausalLM");
+  EXPECT_TRUE(c->moe.norm_topk_prob);
+  EXPECT_EQ(c->moe.expert_intermediate_size, 8);
+  EXPECT_EQ(c->moe.shared_expert_intermediate_size, 0);
+  EXPECT_EQ(c->layer_sparse, (std::vector<bool>{true, true}));
+  // expert_weights_norm, when written, decides.
+  c = MoeConfigOf(MoeFile("qwen3moe", {0, 1},
+                          [](GgufBuilder& b) { b.Bool("qwen3moe.expert_weights_norm", false); }));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->moe.norm_topk_prob);
+  // qwen2moe's shared expert defaults to feed_forward_length.
+  c = MoeConfigOf(MoeFile("qwen2moe", {0, 1}));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->moe.shared_expert_intermediate_size, 16);
+}
+
+TEST(GgufModelTest, LlamaWithExpertsIsMixtral) {
+  absl::StatusOr<ModelConfig> c = MoeConfigOf(MoeFile("llama", {0, 1}));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, "MixtralForCausalLM");
+  EXPECT_EQ(c->moe.num_experts, 4);
+  EXPECT_EQ(c->moe.expert_intermediate_size, 16) << "Mixtral's feed_forward_length is per expert";
+  EXPECT_TRUE(c->moe.norm_topk_prob);
+  EXPECT_EQ(c->moe.naming, ExpertNaming::kMixtral);
+  // A dense llama file stays Llama.
+  absl::StatusOr<std::unique_ptr<GgufFile>> dense = ParseBytes(TinyLlama("llama", true));
+  ASSERT_TRUE(dense.ok());
+  absl::StatusOr<std::string> text = GgufConfigJson(**dense);
+  ASSERT_TRUE(text.ok()) << text.status();
+  LOOM_EXPECT_CONTAINS(*text, "\"LlamaForCausalLM\"");
+}
+
+TEST(GgufModelTest, RefusesMoeItCannotRunNamingTheKey) {
+  struct Case {
+    std::string arch;
+    std::vector<int> sparse;
+    std::function<void(GgufBuilder&)> extra;
+    std::string want;
+  };
+  const Case cases[] = {
+      {"qwen3moe", {0, 1}, [](GgufBuilder& b) { b.U32("qwen3moe.expert_gating_func", 2); },
+       "qwen3moe.expert_gating_func"},
+      {"qwen2moe", {0, 1}, [](GgufBuilder& b) { b.F32("qwen2moe.expert_weights_scale", 2.5f); },
+       "qwen2moe.expert_weights_scale"},
+      {"qwen3moe", {0, 1}, [](GgufBuilder& b) { b.U32("qwen3moe.expert_group_count", 4); },
+       "qwen3moe.expert_group_count"},
+      {"llama", {0, 1}, [](GgufBuilder& b) { b.Bool("llama.expert_weights_norm", false); },
+       "llama.expert_weights_norm"},
+      {"llama", {1}, {}, "blk.0.ffn_gate_inp.weight"},
+      {"qwen2", {0, 1}, {}, "qwen2.expert_count"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<ModelConfig> config = MoeConfigOf(MoeFile(c.arch, c.sparse, c.extra));
+    EXPECT_TRUE(absl::IsUnimplemented(config.status())) << c.want << ": " << config.status();
+    LOOM_EXPECT_CONTAINS(std::string(config.status().message()), c.want);
+  }
+  // Counts out of range are invalid, naming the key.
+  absl::StatusOr<ModelConfig> config = MoeConfigOf(
+      MoeFile("qwen3moe", {0, 1}, [](GgufBuilder& b) { b.U32("qwen3moe.expert_used_count", 5); }));
+  EXPECT_TRUE(absl::IsInvalidArgument(config.status())) << config.status();
+  LOOM_EXPECT_CONTAINS(std::string(config.status().message()), "qwen3moe.expert_used_count");
+}
+
+TEST(GgufModelTest, MoeTensorsGetHuggingFaceNames) {
+  EXPECT_EQ(HfTensorName("blk.3.ffn_gate_inp.weight"), "model.layers.3.mlp.gate.weight");
+  EXPECT_EQ(HfTensorName("blk.3.ffn_gate_exps.weight"), "model.layers.3.mlp.experts.gate_proj");
+  EXPECT_EQ(HfTensorName("blk.3.ffn_up_exps.weight"), "model.layers.3.mlp.experts.up_proj");
+  EXPECT_EQ(HfTensorName("blk.3.ffn_down_exps.weight"), "model.layers.3.mlp.experts.down_proj");
+  EXPECT_EQ(HfTensorName("blk.0.ffn_up_shexp.weight"),
+            "model.layers.0.mlp.shared_expert.up_proj.weight");
+  EXPECT_EQ(HfTensorName("blk.0.ffn_gate_inp_shexp.weight"),
+            "model.layers.0.mlp.shared_expert_gate.weight");
+  // The shared expert's gate written as a vector is seen as the [1, hidden] matrix.
+  absl::StatusOr<std::unique_ptr<GgufFile>> file =
+      ParseBytes(MoeFile("qwen2moe", {0, 1}, [](GgufBuilder& b) {
+        b.F32Tensor("blk.0.ffn_gate_inp_shexp.weight", {8}, std::vector<float>(8, 0.0f));
+      }));
+  ASSERT_TRUE(file.ok()) << file.status();
+  absl::StatusOr<std::unique_ptr<GgufTensorView>> view = MapGgufTensors(**file);
+  ASSERT_TRUE(view.ok()) << view.status();
+  bool found = false;
+  for (const TensorInfo& t : (*view)->tensors) {
+    if (t.name != "model.layers.0.mlp.shared_expert_gate.weight") continue;
+    found = true;
+    EXPECT_EQ(t.shape, (std::vector<int64_t>{1, 8}));
+  }
+  EXPECT_TRUE(found);
 }
 
 // Llama 3.1 scaling as GGUF carries it: per-frequency divisors that reproduce the llama3 formula.

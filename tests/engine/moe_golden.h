@@ -1,8 +1,9 @@
 // Shared setup of the engine tests that run the mixture-of-experts golden checkpoints
-// (tests/golden/models/{mixtral,qwen2_moe,qwen3_moe}): where they are, their recorded prompts,
-// and a small engine configuration that holds them.
+// (tests/golden/models/{mixtral,qwen2_moe,qwen3_moe} and their GGUF relatives gguf_*): where
+// they are, their recorded prompts, and a small engine configuration that holds them.
 #pragma once
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -37,10 +38,12 @@ inline std::vector<TokenId> PromptTokens(const Json& prompt) {
   return tokens;
 }
 
-// f32 KV, blocks of 8, room for several short sequences.
+// f32 KV, blocks of 8, room for several short sequences. A GGUF variant (models/gguf_*) loads
+// from its model.gguf.
 inline EngineConfig GoldenMoeConfig(const std::string& model) {
   EngineConfig config;
   config.model_dir = kGoldenModels + model;
+  if (std::filesystem::exists(config.model_dir + "/model.gguf")) config.model_dir += "/model.gguf";
   config.num_threads = 2;
   config.kv_dtype = DType::kF32;
   config.block_size = 8;

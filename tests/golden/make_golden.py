@@ -927,6 +927,57 @@ GGUF_VARIANTS = [
         "of one layer in different formats; layers differing).",
     ),
 ]
+# Mixture-of-experts GGUF files, laid out as llama.cpp's converter writes them: per layer the
+# router ffn_gate_inp [E, hidden] (F32, as the converter keeps it), the experts stacked into 3-D
+# ffn_{gate,up}_exps [E, I, hidden] and ffn_down_exps [E, hidden, I], Qwen2-MoE's shared
+# expert ffn_{gate,up,down}_shexp with its gate ffn_gate_inp_shexp (an F32 vector [hidden]);
+# hyper-parameters under <arch>.expert_count, expert_used_count, expert_feed_forward_length and
+# expert_shared_feed_forward_length. transformers 5 reads qwen2moe / qwen3moe GGUF files but maps
+# neither expert size from the metadata (its GGUF config table lacks them), so they are passed to
+# from_pretrained ("hf_overrides"); it has no GGUF Mixtral (a `llama` file with experts), so that
+# reference is transformers' MixtralForCausalLM on the weights as the file decodes them
+# ("reference": "decoded"), which F16 holds exactly.
+_GGUF_MOE = dict(
+    vocab_size=256, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, rms_norm_eps=1e-6, rope_theta=1000000.0, max_position_embeddings=128,
+    num_experts_per_tok=2, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+GGUF_VARIANTS += [
+    dict(
+        name="gguf_qwen2_moe_f16", gguf_arch="qwen2moe", architecture="Qwen2MoeForCausalLM",
+        config_cls=Qwen2MoeConfig,
+        config=dict(_GGUF_MOE, intermediate_size=128, num_experts=6, moe_intermediate_size=64,
+                    shared_expert_intermediate_size=96, norm_topk_prob=False,
+                    decoder_sparse_step=1, mlp_only_layers=[], use_sliding_window=False),
+        hf_overrides=dict(moe_intermediate_size=64, shared_expert_intermediate_size=96),
+        types=dict(default="F16"), file_type="MOSTLY_F16", init=_UNTIED, seed=2011,
+        exercises="GGUF `qwen2moe`, F16: 6 stacked experts (ffn_*_exps) top-2 not renormalized "
+        "(llama.cpp's qwen2moe never is), shared expert ffn_*_shexp (96) with its gate "
+        "ffn_gate_inp_shexp an F32 vector [64] (read as [1, 64]), F32 router, q/k/v biases.",
+    ),
+    dict(
+        name="gguf_qwen3_moe_q8_0", gguf_arch="qwen3moe", architecture="Qwen3MoeForCausalLM",
+        config_cls=Qwen3MoeConfig,
+        config=dict(_GGUF_MOE, intermediate_size=128, num_experts=8, moe_intermediate_size=64,
+                    norm_topk_prob=True, decoder_sparse_step=1, use_sliding_window=False,
+                    attention_bias=False),
+        hf_overrides=dict(moe_intermediate_size=64),
+        types=dict(default="Q8_0"), file_type="MOSTLY_Q8_0", init=_UNTIED, seed=2012,
+        exercises="GGUF `qwen3moe`, Q8_0 matrices and experts (an expert is 64 rows of 2 blocks "
+        "of the stacked tensors), 8 experts top-2 renormalized (llama.cpp's qwen3moe always is), "
+        "F32 router, q/k RMSNorm.",
+    ),
+    dict(
+        name="gguf_mixtral_f16", gguf_arch="llama", architecture="MixtralForCausalLM",
+        config_cls=MixtralConfig,
+        config=dict(_GGUF_MOE, intermediate_size=64, num_local_experts=4, sliding_window=None,
+                    rms_norm_eps=1e-5),
+        reference="decoded",
+        types=dict(default="F16"), file_type="MOSTLY_F16", init=_UNTIED, seed=2013,
+        exercises="GGUF Mixtral (`llama` with llama.expert_count 4), F16: stacked experts, q/k "
+        "rows permuted, top-2 renormalized; reference: transformers' MixtralForCausalLM on the "
+        "decoded weights (transformers has no GGUF Mixtral).",
+    ),
+]
 for _v in GGUF_VARIANTS:
     _v.setdefault("prompt_lens", GGUF_PROMPT_LENS)
 
@@ -937,8 +988,12 @@ _GGUF_LAYER_NAMES = {
     "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
     "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
     "self_attn.k_norm": "attn_k_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-    "mlp.down_proj": "ffn_down",
+    "mlp.down_proj": "ffn_down", "mlp.gate": "ffn_gate_inp",
+    "mlp.shared_expert.gate_proj": "ffn_gate_shexp", "mlp.shared_expert.up_proj": "ffn_up_shexp",
+    "mlp.shared_expert.down_proj": "ffn_down_shexp", "mlp.shared_expert_gate": "ffn_gate_inp_shexp",
 }
+# Kept in F32 by llama.cpp's converter whatever the file type.
+_GGUF_F32_MATRICES = ("ffn_gate_inp.weight", "ffn_gate_inp_shexp.weight")
 
 
 def gguf_tensor_name(hf_name: str) -> str:
@@ -1004,11 +1059,39 @@ def write_gguf(v: dict, config, state: dict, path: Path):
         w.add_value_length(head_dim)
     w.add_bos_token_id(c.bos_token_id)
     w.add_eos_token_id(c.eos_token_id)
+    num_experts = getattr(c, "num_local_experts", None) or getattr(c, "num_experts", 0)
+    if num_experts:
+        w.add_expert_count(num_experts)
+        w.add_expert_used_count(c.num_experts_per_tok)
+        if arch != "llama":
+            w.add_expert_feed_forward_length(c.moe_intermediate_size)
+        if getattr(c, "shared_expert_intermediate_size", 0):
+            w.add_expert_shared_feed_forward_length(c.shared_expert_intermediate_size)
 
     types, decoded = {}, {}
     tied = bool(c.tie_word_embeddings)
     for hf_name in state:
         if tied and hf_name == "lm_head.weight":
+            continue
+        if hf_name.endswith((".mlp.experts.gate_up_proj", ".mlp.experts.down_proj")):
+            # transformers' fused [E, 2I, H] gate_up / [E, H, I] down -> llama.cpp's stacked
+            # ffn_gate_exps / ffn_up_exps [E, I, H] and ffn_down_exps [E, H, I].
+            x = state[hf_name].detach().to(torch.float32).numpy()
+            blk = f"blk.{hf_name.split('.')[2]}."
+            if hf_name.endswith("down_proj"):
+                parts = [(blk + "ffn_down_exps.weight", x)]
+            else:
+                inter = x.shape[1] // 2
+                parts = [(blk + "ffn_gate_exps.weight", x[:, :inter]),
+                         (blk + "ffn_up_exps.weight", x[:, inter:])]
+            decs = []
+            for name, part in parts:
+                type_name = v["types"].get(name, v["types"]["default"])
+                data, raw_dtype, dec = gguf_encode(np.ascontiguousarray(part), type_name)
+                w.add_tensor(name, data, raw_dtype=raw_dtype)
+                types[name] = type_name
+                decs.append(dec)
+            decoded[hf_name] = torch.from_numpy(np.ascontiguousarray(np.concatenate(decs, 1)))
             continue
         name = gguf_tensor_name(hf_name)
         x = state[hf_name].detach().to(torch.float32).numpy()
@@ -1019,10 +1102,15 @@ def write_gguf(v: dict, config, state: dict, path: Path):
             permute = c.num_key_value_heads
         if permute is not None:
             x = llama_permute(x, permute)
-        type_name = "F32" if x.ndim == 1 else v["types"].get(name, v["types"]["default"])
+        hf_shape = x.shape
+        if name.endswith("ffn_gate_inp_shexp.weight"):
+            x = x.reshape(-1)  # a vector [hidden], as llama.cpp (and transformers) read it
+        type_name = ("F32" if x.ndim == 1 or name.endswith(_GGUF_F32_MATRICES)
+                     else v["types"].get(name, v["types"]["default"]))
         data, raw_dtype, dec = gguf_encode(x, type_name)
         if permute is not None:
             dec = llama_unpermute(dec, permute)
+        dec = dec.reshape(hf_shape)
         w.add_tensor(name, data, raw_dtype=raw_dtype)
         types[name] = type_name
         decoded[hf_name] = torch.from_numpy(np.ascontiguousarray(dec))
@@ -1050,8 +1138,21 @@ def build_gguf_variant(v: dict, out_root: Path) -> dict:
     types, decoded = write_gguf(v, config, state, gguf_path)
 
     def load(attn: str):
+        if v.get("reference") == "decoded":
+            # transformers cannot read this GGUF architecture: the weights as the file decodes
+            # them, into the transformers class (the file's hyper-parameters are checked by
+            # loom's loader against the same config through the golden test).
+            cfg = v["config_cls"](**v["config"])
+            cfg.architectures = [v["architecture"]]
+            cfg.rms_norm_eps = float(np.float32(cfg.rms_norm_eps))
+            cfg._attn_implementation = attn
+            m = getattr(transformers, v["architecture"])(cfg).to(torch.float32)
+            missing, unexpected = m.load_state_dict(decoded, strict=False)
+            assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
+            return m.eval()
         m = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_path.name,
-                                                 dtype=torch.float32, attn_implementation=attn)
+                                                 dtype=torch.float32, attn_implementation=attn,
+                                                 **v.get("hf_overrides", {}))
         return m.eval()
 
     model = load("eager")
@@ -1082,7 +1183,8 @@ def build_gguf_variant(v: dict, out_root: Path) -> dict:
     cfg64 = config.to_dict()
     cfg64["rms_norm_eps"] = mc.rms_norm_eps
     ref64 = Float64Reference(cfg64, decoded)
-    tensors, prompts, max_sdpa, max_f64, all_logits = record_prompts(v, model, model_sdpa, ref64)
+    tensors, prompts, max_sdpa, max_f64, all_logits, routing = record_prompts(
+        v, model, model_sdpa, ref64)
     save_file(tensors, str(folder / "reference.safetensors"), metadata={"format": "pt"})
 
     logits_std = float(torch.cat(all_logits).std())
@@ -1144,6 +1246,12 @@ def build_gguf_variant(v: dict, out_root: Path) -> dict:
         logits_std=logits_std,
         logits_max_abs=max_logit,
     )
+    if routing:
+        ref["model"]["moe"] = moe_facts(mc, decoded, routing)
+        ref["model"]["moe"]["expert_layout"] = "stacked (GGUF blk.N.ffn_{gate,up,down}_exps)"
+        ref["gguf"]["reference"] = ("transformers' MixtralForCausalLM on the decoded weights"
+                                    if v.get("reference") == "decoded"
+                                    else "transformers reading the GGUF file")
     (folder / "reference.json").write_text(json.dumps(ref, indent=2) + "\n")
     if max_f64 > tol / 5:
         print(f"WARNING {name}: float64 vs float32 differ by {max_f64:.2e}", file=sys.stderr)
