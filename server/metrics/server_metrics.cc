@@ -237,18 +237,21 @@ class ServerMetrics::Impl {
 
   ExpertView MakeExpertView() {
     const prometheus::Labels model{{"model_name", options_.model_name}};
+    // Names without the "loom_" prefix, added here as MakeView's callers do.
     auto counter = [&](const std::string& name, const std::string& help) {
-      return &prometheus::BuildCounter().Name(name).Help(help).Register(*registry_).Add(model);
+      return &prometheus::BuildCounter().Name("loom_" + name).Help(help).Register(*registry_).Add(
+          model);
     };
     auto gauge = [&](const std::string& name, const std::string& help) {
-      return &prometheus::BuildGauge().Name(name).Help(help).Register(*registry_).Add(model);
+      return &prometheus::BuildGauge().Name("loom_" + name).Help(help).Register(*registry_).Add(
+          model);
     };
     ExpertView v;
-    v.hits = counter("loom_expert_cache_hits_total",
+    v.hits = counter("expert_cache_hits_total",
                      "Routed experts a step found in the expert cache.");
-    v.misses = counter("loom_expert_cache_misses_total",
+    v.misses = counter("expert_cache_misses_total",
                        "Routed experts a step had to load on demand.");
-    v.evictions = counter("loom_expert_cache_evictions_total",
+    v.evictions = counter("expert_cache_evictions_total",
                           "Experts evicted from the expert cache.");
     auto& prefetches = prometheus::BuildCounter()
                            .Name("loom_expert_prefetches_total")
@@ -264,14 +267,14 @@ class ServerMetrics::Impl {
     v.prefetches_wasted = outcome("wasted");
     v.prefetches_cancelled = outcome("cancelled");
     v.prefetches_dropped = outcome("dropped");
-    v.loaded_bytes = counter("loom_expert_cache_loaded_bytes_total",
+    v.loaded_bytes = counter("expert_cache_loaded_bytes_total",
                              "Bytes of experts read into the expert cache.");
-    v.load_seconds = counter("loom_expert_cache_load_seconds_total",
+    v.load_seconds = counter("expert_cache_load_seconds_total",
                              "Time the expert loader spent reading.");
-    v.slots = gauge("loom_expert_cache_slots", "Experts the expert cache holds at once.");
+    v.slots = gauge("expert_cache_slots", "Experts the expert cache holds at once.");
     v.slots->Set(options_.expert_cache_slots);
-    v.resident = gauge("loom_expert_cache_resident_experts", "Experts in the expert cache now.");
-    gauge("loom_expert_cache_capacity_bytes",
+    v.resident = gauge("expert_cache_resident_experts", "Experts in the expert cache now.");
+    gauge("expert_cache_capacity_bytes",
           "RAM of the expert cache (slots x bytes of one expert), beside the KV cache's.")
         ->Set(static_cast<double>(options_.expert_cache_slots) *
               static_cast<double>(options_.expert_slot_bytes));
