@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the peer for the side-by-side benchmarks: llama.cpp from the sources that the
 # llama-cpp-python sdist on PyPI vendors (CMake Release, default GGML_NATIVE CPU backend), only
-# the tools the benchmarks use: llama-bench, llama-batched-bench and llama-quantize.
+# the tools the benchmarks use: llama-bench, llama-batched-bench and llama-quantize, plus
+# bench/peers/llamacpp_generate.cc linked against its library.
 #
 #   bench/engine/build_llamacpp.sh WORK_DIR [VERSION]      # VERSION of llama-cpp-python, 0.3.36
 #
@@ -22,4 +23,7 @@ cmake -S "$src" -B "$src/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLL
   -DLLAMA_BUILD_SERVER=OFF >/dev/null
 cmake --build "$src/build" -j "$(nproc)" --target llama-bench llama-batched-bench llama-quantize \
   >/dev/null
+"${CXX:-g++}" -O2 -std=c++17 -I"$src/include" -I"$src/ggml/include" \
+  "$root/bench/peers/llamacpp_generate.cc" -o "$src/build/bin/llamacpp_generate" \
+  -L"$src/build/bin" -lllama -lggml -lggml-base -Wl,-rpath,"$src/build/bin"
 echo "$src/build/bin"
