@@ -8,14 +8,12 @@
 // lanes at the end. Products are exact and sums are f32.
 //
 // Work split: the rows of all weights of a group are cut into units of kNr rows; thread t gets a
-// contiguous run of units (its own weight rows, its own y columns, no write sharing). The GEMV of
-// float weights instead splits each projection's rows over all threads (RunGemvInterleaved).
+// contiguous run of units (its own weight rows, its own y columns, no write sharing).
 //
-// GEMV order (RunGemvInterleaved / RunGemvRows, the decode path): rows are cut into kNr equal
-// runs per thread and a tile takes one row from each, with all of k and all m rows of x (in
-// chunks of kMr, the weight rows staying in L1 in between). Each weight byte is read from DRAM
-// once, as kNr long sequential streams per thread (the threads' streams interleaved for float
-// weights); x (m * k * 4 bytes) stays in cache.
+// GEMV order (RunGemvRows, the decode path): a thread's rows are cut into kNr equal runs and a
+// tile takes one row from each, with all of k and all m rows of x (in chunks of kMr, the weight
+// rows staying in L1 in between). Each weight byte is read from DRAM once, as kNr long sequential
+// streams per thread; x (m * k * 4 bytes) stays in cache.
 //
 // Blocked order (RunBlockedRows: the scalar GEMM and the AVX-512 rows the AMX tiles leave):
 //   m0 (mc rows of x) > k0 (kc) > n0 (nc weight rows) > i (kMr x rows) > j (kNr weight rows)
@@ -251,44 +249,9 @@ void BlockedProjectionRows(const MatmulInput& x, const MatmulProjection& p, int6
       p.dtype, [&]<class W>(W) { RunBlockedRows<T, W, kMrMax, kNr>(x, p, row_begin, row_end, b); });
 }
 
-// GEMV order over all rows of one projection for thread `t` of `threads`, the threads' streams
-// interleaved: the rows are cut into kNr * threads equal runs and thread t walks runs t,
-// t + threads, t + 2 * threads, ... side by side, so each of its kNr streams neighbours another
-// thread's. bench/common/memory_bandwidth's interleaved placement measured this shape fastest
-// with two threads (contiguous per-thread slices lose a quarter to a third of it). Every row's dot
-// product is the same as RunGemvRows's, so the results do not depend on the split.
-template <class T, class W, int kMrMax, int kNr, int kPrefetchBytes>
-void RunGemvInterleaved(const MatmulInput& x, const MatmulProjection& p, int64_t t,
-                        int64_t threads) {
-  const int64_t run = (p.n + kNr * threads - 1) / (kNr * threads);
-  for (int64_t j = 0; j < run; ++j) {
-    const TileRows rows{t * run + j, threads * run, p.n};
-    if (!rows.valid(0)) break;
-    for (int64_t i = 0; i < x.m; i += kMrMax) {
-      const int mr = static_cast<int>(MinOf<int64_t>(kMrMax, x.m - i));
-      RunTileRows<T, W, kMrMax, kNr, kPrefetchBytes>(mr, x, p, i, rows, 0, x.k);
-    }
-  }
-}
-
-// The GEMV of a whole group on the pool. Float weights: every projection split over all threads,
-// their streams interleaved (RunGemvInterleaved). Block-quantized ones: units of kNr rows, one
-// contiguous run per thread, to the traits' kernel.
+// The GEMV of a whole group on the pool: units of kNr rows, one contiguous run per thread.
 template <class T, int kMrMax, int kNr, int kPrefetchBytes>
 void RunGemvGroup(const GroupArgs& args, ThreadPool& pool) {
-  bool quantized = false;
-  for (const MatmulProjection& p : args.projections) quantized |= IsQuantizedDType(p.dtype);
-  if (!quantized) {
-    const int64_t threads = pool.num_threads();
-    pool.RunOnAllThreads([&](int64_t t, int64_t /*end*/, int /*thread*/) {
-      for (const MatmulProjection& p : args.projections) {
-        WithWeightType(p.dtype, [&]<class W>(W) {
-          RunGemvInterleaved<T, W, kMrMax, kNr, kPrefetchBytes>(args.x, p, t, threads);
-        });
-      }
-    });
-    return;
-  }
   const int64_t num_units = CountRowUnits(args.projections, kNr);
   pool.ParallelFor(num_units, [&](int64_t unit_begin, int64_t unit_end, int /*thread*/) {
     ForEachRowRange(args.projections, kNr, unit_begin, unit_end,
