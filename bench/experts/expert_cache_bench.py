@@ -149,6 +149,7 @@ def latency_summary(results):
 def run_loom(args, config, info, warmup, measured, throughput):
     policy, _, pct = config.partition(":")
     extra = ["--threads", str(args.threads)] if args.threads else []
+    extra += args.loomd_arg
     if policy == "resident":
         cache_mb, pct = 0, 100
     else:
@@ -255,6 +256,8 @@ def main():
     p.add_argument("--topic-zipf", type=float, default=1.0)
     p.add_argument("--threads", type=int, default=0, help="compute threads (0: loomd's default)")
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--loomd-arg", action="append", default=[],
+                   help="one more loomd argument, repeatable (--loomd-arg=--kv-cache-mb=256)")
     p.add_argument("--llamacpp", default="", help="llamacpp_generate binary (GGUF models)")
     p.add_argument("--out-json", default="")
     p.add_argument("--out-md", default="")
@@ -265,18 +268,22 @@ def main():
     measured = make_requests(info, args.requests, args, args.seed + 1)
     throughput = make_requests(info, args.requests, args, args.seed + 2) if args.concurrency else []
     runs = []
-    for config in args.configs.split(","):
+    for config in filter(None, args.configs.split(",")):
         run = run_loom(args, config, info, warmup, measured, throughput)
         runs.append(run)
         print(json.dumps({k: v for k, v in run.items() if k != "tokens"}), flush=True)
-    reference = next((r["tokens"] for r in runs if r["config"] == "resident"), runs[0]["tokens"])
+    reference = next((r["tokens"] for r in runs if r["config"] == "resident"),
+                     runs[0]["tokens"] if runs else None)
     for r in runs:
         r["identical"] = "yes" if r["tokens"] == reference else "NO"
     if args.llamacpp:
         run = run_llamacpp(args, warmup, measured)
         runs.append(run)
         print(json.dumps(run), flush=True)
-    report = {"machine": lib.machine(), "settings": lib.settings(args),
+    settings = lib.settings(args)
+    for key in ("out_json", "out_md", "llamacpp"):
+        settings[key] = os.path.basename(settings[key])
+    report = {"machine": lib.machine(), "settings": settings,
               "expert_bytes": args.expert_bytes,
               "experts": info["num_layers"] * info["num_experts"], "runs": runs}
     if args.out_json:

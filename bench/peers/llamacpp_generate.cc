@@ -1,6 +1,7 @@
 // The peer side of the generation benchmarks that need llama.cpp to decode its own output (the
 // expert-cache benchmark's larger-than-RAM case): load a GGUF file once through llama.cpp's
-// library (mmap, as llama.cpp runs by default), then for each request read from standard input
+// library (mmap, as llama.cpp runs by default, without the weight repacking into RAM that
+// --no-repack turns off), then for each request read from standard input
 // prefill its prompt, given as token ids, and generate tokens one at a time, timing each.
 // llama-bench cannot do this: its generation test feeds random tokens, which would throw away the
 // request-level locality the benchmark is about.
@@ -100,6 +101,9 @@ int main(int argc, char** argv) {
   llama_backend_init();
   llama_model_params mparams = llama_model_default_params();
   mparams.n_gpu_layers = 0;
+  // What --no-repack does: run the weights where the mapping has them. The default repacks
+  // Q4_0 and friends into a copy in RAM, which a model larger than RAM cannot get.
+  mparams.use_extra_bufts = false;
   llama_model* model = llama_model_load_from_file(argv[1], mparams);
   if (model == nullptr) {
     std::fprintf(stderr, "cannot load %s\n", argv[1]);
