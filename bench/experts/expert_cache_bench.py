@@ -41,6 +41,7 @@ COUNTERS = {
     "evictions": "loom_expert_cache_evictions_total",
     "loaded_bytes": "loom_expert_cache_loaded_bytes_total",
     "load_seconds": "loom_expert_cache_load_seconds_total",
+    "wait_seconds": "loom_expert_cache_wait_seconds_total",
 }
 OUTCOMES = ("issued", "used", "wasted", "cancelled", "dropped")
 

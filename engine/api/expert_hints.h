@@ -71,6 +71,7 @@ struct ExpertCacheCounters {
   int64_t prefetches_dropped = 0;
   int64_t bytes_loaded = 0;
   double load_seconds = 0;
+  double wait_seconds = 0;  // time the step waited for experts to arrive
 };
 
 }  // namespace loom

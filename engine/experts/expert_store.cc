@@ -192,9 +192,12 @@ absl::StatusOr<ExpertBytes> ExpertStore::Acquire(ExpertKey key) {
       cv_.notify_all();
     }
     ++e.waiters;
+    const auto wait_start = std::chrono::steady_clock::now();
     loaded_cv_.wait(lock, [&] {
       return e.state == State::kResident || e.state == State::kHome || stopping_;
     });
+    stats_.wait_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
     --e.waiters;
     if (stopping_) return absl::CancelledError("the expert store is stopping");
     if (e.state == State::kHome && !e.error.ok()) return e.error;

@@ -77,6 +77,7 @@ struct ExpertStoreStats {
   int64_t evictions = 0;
   int64_t bytes_loaded = 0;
   double load_seconds = 0;       // time the loader spent reading
+  double wait_seconds = 0;       // time Acquire calls waited for loads (summed over callers)
   int32_t num_slots = 0;
   int32_t resident = 0;
   bool direct_io = false;        // whether reads bypass the page cache with O_DIRECT

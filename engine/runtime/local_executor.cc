@@ -466,6 +466,7 @@ ExpertCacheCounters LocalExecutor::ExpertCounters() const {
   c.prefetches_dropped = s.prefetches_dropped;
   c.bytes_loaded = s.bytes_loaded;
   c.load_seconds = s.load_seconds;
+  c.wait_seconds = s.wait_seconds;
   return c;
 }
 

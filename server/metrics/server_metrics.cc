@@ -75,6 +75,7 @@ struct ExpertView {
   prometheus::Counter* prefetches_dropped;
   prometheus::Counter* loaded_bytes;
   prometheus::Counter* load_seconds;
+  prometheus::Counter* wait_seconds;
   prometheus::Gauge* slots;
   prometheus::Gauge* resident;
 };
@@ -229,6 +230,7 @@ class ServerMetrics::Impl {
     Advance(v.prefetches_dropped, c.prefetches_dropped);
     Advance(v.loaded_bytes, c.bytes_loaded);
     Advance(v.load_seconds, c.load_seconds);
+    Advance(v.wait_seconds, c.wait_seconds);
     if (c.slots > 0) {
       v.slots->Set(c.slots);
       v.resident->Set(c.resident);
@@ -271,6 +273,8 @@ class ServerMetrics::Impl {
                              "Bytes of experts read into the expert cache.");
     v.load_seconds = counter("expert_cache_load_seconds_total",
                              "Time the expert loader spent reading.");
+    v.wait_seconds = counter("expert_cache_wait_seconds_total",
+                             "Time steps waited for experts to arrive in the expert cache.");
     v.slots = gauge("expert_cache_slots", "Experts the expert cache holds at once.");
     v.slots->Set(options_.expert_cache_slots);
     v.resident = gauge("expert_cache_resident_experts", "Experts in the expert cache now.");

@@ -21,6 +21,8 @@
 //   loom_expert_cache_hits_total, _misses_total, _evictions_total     counters
 //   loom_expert_prefetches_total{outcome}  issued, used, wasted, cancelled, dropped
 //   loom_expert_cache_loaded_bytes_total, loom_expert_cache_load_seconds_total
+//   loom_expert_cache_wait_seconds_total   time steps waited for experts to arrive (the stall
+//                                          the cache's misses cost, beside the loader's time)
 //   loom_expert_cache_slots, loom_expert_cache_resident_experts       gauges
 //   loom_expert_cache_capacity_bytes       the cache's RAM (slots x slot bytes), constant, the
 //                                          expert side of the memory split whose KV side is

@@ -117,12 +117,17 @@ TEST(ExpertStoreTest, AcquireReturnsTheFilesBytesWhateverTheOffsets) {
   EXPECT_EQ(s.hits, 0);
   EXPECT_EQ(s.resident, 2);
   EXPECT_GT(s.bytes_loaded, 2 * kLayers * kExperts * kParts * 5000);
-  // Twice in a row: the second is a hit.
+  // Every miss waited for its load; the loader's reads are inside those waits.
+  EXPECT_GT(s.wait_seconds, 0.0);
+  EXPECT_GE(s.wait_seconds, s.load_seconds * 0.5);
+  // Twice in a row: the second is a hit, and a hit does not wait.
   ASSERT_TRUE(store->Acquire({0, 0}).ok());
   store->Release({0, 0});
+  const double waited = store->Stats().wait_seconds;
   ASSERT_TRUE(store->Acquire({0, 0}).ok());
   store->Release({0, 0});
   EXPECT_EQ(store->Stats().hits, 1);
+  EXPECT_EQ(store->Stats().wait_seconds, waited);
 }
 
 TEST(ExpertStoreTest, BufferedReadsGiveTheSameBytes) {

@@ -111,6 +111,7 @@ TEST(ServerMetricsTest, ExpertCacheFamiliesStartAtZeroAndFollowTheEngine) {
         R"(loom_expert_prefetches_total{model_name="moe",outcome="dropped"} 0)",
         R"(loom_expert_cache_loaded_bytes_total{model_name="moe"} 0)",
         R"(loom_expert_cache_load_seconds_total{model_name="moe"} 0)",
+        R"(loom_expert_cache_wait_seconds_total{model_name="moe"} 0)",
         R"(loom_expert_cache_slots{model_name="moe"} 24)",
         R"(loom_expert_cache_resident_experts{model_name="moe"} 0)",
         R"(loom_expert_cache_capacity_bytes{model_name="moe"} 25165824)"}) {
@@ -130,6 +131,7 @@ TEST(ServerMetricsTest, ExpertCacheFamiliesStartAtZeroAndFollowTheEngine) {
   s.expert_cache.prefetches_dropped = 3;
   s.expert_cache.bytes_loaded = 17 << 20;
   s.expert_cache.load_seconds = 0.5;
+  s.expert_cache.wait_seconds = 0.25;
   metrics.UpdateScheduler(s);
   s.expert_cache.hits = 120;
   s.expert_cache.load_seconds = 0.75;
@@ -146,6 +148,7 @@ TEST(ServerMetricsTest, ExpertCacheFamiliesStartAtZeroAndFollowTheEngine) {
         R"(loom_expert_prefetches_total{model_name="moe",outcome="dropped"} 3)",
         R"(loom_expert_cache_loaded_bytes_total{model_name="moe"} 17825792)",
         R"(loom_expert_cache_load_seconds_total{model_name="moe"} 0.75)",
+        R"(loom_expert_cache_wait_seconds_total{model_name="moe"} 0.25)",
         R"(loom_expert_cache_resident_experts{model_name="moe"} 20)"}) {
     EXPECT_TRUE(Has(text, series)) << series << "\n" << text;
   }
