@@ -28,7 +28,6 @@ import os
 import random
 import subprocess
 import sys
-import threading
 import time
 import http.client
 from concurrent.futures import ThreadPoolExecutor
@@ -109,7 +108,7 @@ def stream(port, request, args):
                 times.append(time.perf_counter())
     conn.close()
     return {"ttft": times[0] - t0, "gaps": [b - a for a, b in zip(times, times[1:])],
-            "tokens": tokens, "end": times[-1]}
+            "tokens": tokens}
 
 
 def counters(port):
@@ -204,14 +203,9 @@ def run_llamacpp(args, warmup, measured):
                           input=lines, capture_output=True, text=True, check=True)
     results = [json.loads(l) for l in done.stdout.splitlines() if l.startswith("{")]
     assert len(results) == len(warmup) + len(measured), done.stderr[-2000:]
-    results = results[len(warmup):]
-    gaps = [g for r in results for g in r["token_s"]]
+    results = [{"ttft": r["prefill_s"], "gaps": r["token_s"]} for r in results[len(warmup):]]
     return {"config": "llama.cpp (mmap)", "page_cache_dropped": dropped,
-            "latency": {"per_token_ms_mean": 1e3 * sum(gaps) / len(gaps),
-                        "per_token_ms_p50": 1e3 * lib.percentile(gaps, 50),
-                        "per_token_ms_p90": 1e3 * lib.percentile(gaps, 90),
-                        "ttft_ms_mean": 1e3 * sum(r["prefill_s"] for r in results) / len(results),
-                        "tokens": len(gaps)}}
+            "latency": latency_summary(results)}
 
 
 def fmt(x, digits=1):

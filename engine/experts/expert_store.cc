@@ -128,7 +128,7 @@ ExpertStore::ExpertStore(std::vector<int> fds, std::vector<int> direct_fds, int6
     : fds_(std::move(fds)), direct_fds_(std::move(direct_fds)), slot_bytes_(slot_bytes) {
   // On 2 MiB boundaries and marked for transparent huge pages: gigabytes of slots are first
   // touched by O_DIRECT reads (one fault per 2 MiB instead of per 4 KiB) and then read by the
-  // expert GEMVs (fewer TLB misses). A cold start of a 17 GB cache went from 90.8 to 75.1 s.
+  // expert GEMVs (fewer TLB misses). One cold start of a 17 GB cache: 90.8 s before, 75.1 s after.
   constexpr size_t kHugePage = size_t{2} << 20;
   const size_t bytes = (static_cast<size_t>(slot_bytes * num_slots) + kHugePage - 1) / kHugePage *
                        kHugePage;
