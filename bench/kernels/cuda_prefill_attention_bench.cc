@@ -46,6 +46,9 @@ class DeviceBuffer {
   explicit DeviceBuffer(size_t bytes) {
     LOOM_CUDA_CHECK(cudaMalloc(&data_, std::max<size_t>(bytes, 1)));
     LOOM_CUDA_CHECK(cudaMemset(data_, 0x3c, bytes));
+    // The kernels run on a non-blocking stream, which does not wait for the legacy stream's
+    // memset and copies: finish them before any launch.
+    LOOM_CUDA_CHECK(cudaDeviceSynchronize());
   }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
@@ -64,6 +67,10 @@ template <typename T>
 void Upload(const std::vector<T>& host, const DeviceBuffer& device) {
   LOOM_CUDA_CHECK(cudaMemcpy(device.as<T>(), host.data(), host.size() * sizeof(T),
                              cudaMemcpyHostToDevice));
+  // A copy from pageable memory may still be in flight when cudaMemcpy returns, and the
+  // benchmarks' non-blocking stream does not wait for it (a kernel once read a half-written
+  // block table and faulted).
+  LOOM_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 // `num_seqs` sequences of `seq_len` cached positions whose last `query_len` are query rows, in

@@ -39,6 +39,9 @@ class DeviceBuffer {
   explicit DeviceBuffer(size_t bytes) {
     LOOM_CUDA_CHECK(cudaMalloc(&data_, std::max<size_t>(bytes, 1)));
     LOOM_CUDA_CHECK(cudaMemset(data_, 0x3c, std::max<size_t>(bytes, 1)));
+    // The kernels run on a non-blocking stream, which does not wait for the legacy stream's
+    // memset and copies: finish them before any launch.
+    LOOM_CUDA_CHECK(cudaDeviceSynchronize());
   }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;

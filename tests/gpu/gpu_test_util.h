@@ -38,6 +38,9 @@ class DeviceArray {
     data_ = static_cast<T*>(data);
     if (size_ > 0) {
       LOOM_CUDA_CHECK(cudaMemcpy(data_, host.data(), size_ * sizeof(T), cudaMemcpyHostToDevice));
+      // A copy from pageable memory may still be in flight when cudaMemcpy returns, and a test
+      // that launches on a non-blocking stream would not wait for it.
+      LOOM_CUDA_CHECK(cudaDeviceSynchronize());
     }
   }
   DeviceArray(const DeviceArray&) = delete;

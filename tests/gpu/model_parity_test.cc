@@ -3,11 +3,18 @@
 // and chunked batches. Skipped without a device.
 //
 // Tolerances. Checkpoints stored in f32 multiply in f32 on cuBLAS (no TF32), so they meet the
-// fixtures' own tolerance (1e-3) up to a small factor for summation order. bf16/f16 checkpoints
-// multiply on the tensor cores after rounding each matmul's input rows to the weights' type
-// (engine/backend/cuda/cuda_ops.h): ~3 significant digits per layer input, which moves logits
-// (std ~2, max ~10 on these models) by up to a few hundredths; greedy tokens may then flip only
-// where the reference's top-2 margin is that small.
+// fixtures' own tolerance (1e-3) up to a small factor for summation order. bf16/f16 and
+// block-quantized checkpoints multiply on the tensor cores after rounding each matmul's input
+// rows to bf16/f16 (engine/backend/cuda/cuda_ops.h): ~3 significant digits on every layer's
+// inputs, the same perturbation as a bf16 KV cache, which the CPU golden tests hold to 0.25 of a
+// logit (std ~2, max ~10 on these models). On an H100 the largest differences measured were
+// 0.10-0.15 against transformers and against the CPU backend, so the rounded tolerance is that
+// 0.25. Block-quantized checkpoints on that path also round the dequantized weights to bf16 (a
+// second rounding per matmul; q5_k measured 0.27), so theirs is 0.4. A wrong kernel moves logits
+// by whole units. Greedy tokens may flip only where the reference's top-2 margin is that small.
+//
+// Mixture-of-experts checkpoints are skipped: the CUDA backend has no MoE kernels yet, and
+// RefusesMixtureOfExperts checks that loading one fails with a clear error instead.
 #include <gtest/gtest.h>
 
 #include "kernels/cuda/device.h"
@@ -19,22 +26,29 @@ namespace {
 using namespace golden;  // NOLINT: the golden tests' helpers
 
 constexpr float kF32Tolerance = 3e-3f;
-constexpr float kRoundedTolerance = 0.1f;
+constexpr float kRoundedTolerance = 0.25f;
+constexpr float kQuantizedTolerance = 0.4f;
 
 class CudaModelTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (!cuda::CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device";
     golden_ = LoadGolden(GetParam());
+    if (golden_->moe && !refusal_test_) {
+      GTEST_SKIP() << "the CUDA backend has no mixture-of-experts kernels yet";
+    }
   }
   // The tolerance for this checkpoint's weight dtype on the CUDA backend.
   float Tolerance(const LocalExecutor& executor) const {
-    return executor.model_info().weight_dtype == DType::kF32 ? kF32Tolerance : kRoundedTolerance;
+    const DType dtype = executor.model_info().weight_dtype;
+    if (dtype == DType::kF32) return kF32Tolerance;
+    return IsQuantizedDType(dtype) ? kQuantizedTolerance : kRoundedTolerance;
   }
   bool Rounded(const LocalExecutor& executor) const {
     return executor.model_info().weight_dtype != DType::kF32;
   }
   std::unique_ptr<Golden> golden_;
+  bool refusal_test_ = false;
 };
 
 EngineSetup Cuda(EngineSetup setup = {}) {
@@ -130,6 +144,32 @@ TEST_P(CudaModelTest, MatchesTheCpuBackend) {
     }
   }
 }
+
+// Until the CUDA backend has MoE kernels, an MoE checkpoint is refused at load, with the reason,
+// before any weight reaches the device.
+class CudaMoeRefusalTest : public CudaModelTest {
+ protected:
+  void SetUp() override {
+    refusal_test_ = true;
+    CudaModelTest::SetUp();
+  }
+};
+
+TEST_P(CudaMoeRefusalTest, RefusesMixtureOfExperts) {
+  if (!golden_->moe) GTEST_SKIP() << "not a mixture-of-experts model";
+  EngineConfig config;
+  config.model_dir = golden_->model_path;
+  config.backend = BackendKind::kCuda;
+  config.num_kv_blocks = 64;
+  auto executor = LocalExecutor::Create(config);
+  ASSERT_FALSE(executor.ok());
+  EXPECT_EQ(executor.status().code(), absl::StatusCode::kUnimplemented) << executor.status();
+  EXPECT_NE(executor.status().message().find("mixture-of-experts"), std::string_view::npos)
+      << executor.status();
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaMoeRefusalTest, ::testing::ValuesIn(ModelNames()),
+                         [](const auto& info) { return info.param; });
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaModelTest, ::testing::ValuesIn(ModelNames()),
                          [](const auto& info) { return info.param; });

@@ -33,8 +33,14 @@
 #   LOOM_CUDA_ARCHITECTURES  CUDA architectures              (default: 90)
 #   LOOM_BUILD_JOBS          parallel build jobs             (default: nproc)
 #   LOOM_GPU_BENCH_MIN_TIME  seconds per benchmark           (default: 0.2)
-#   LOOM_GPU_ENGINE_MODEL    checkpoint for the engine stage (default: a random llama3-8b shape
-#                            written to <build folder>/llama3-8b)
+#   LOOM_GPU_TEST_TIMEOUT    seconds one gpu test may run    (default: 300), so that a hung
+#                            kernel costs one test, not the machine's whole time limit
+#   LOOM_GPU_TEST_JOBS       gpu tests run at once           (default: 1)
+#   LOOM_GPU_ENGINE_SHAPE    shape of the random checkpoint the engine stage writes when
+#                            LOOM_GPU_ENGINE_MODEL has none (default: llama3-8b; llama-1.1b is
+#                            7x smaller and quicker to write)
+#   LOOM_GPU_ENGINE_MODEL    checkpoint for the engine stage (default: a random checkpoint of
+#                            that shape, written to <build folder>/<shape>)
 #   LOOM_GPU_ALLOW_NO_DEVICE=1  finish with status 0 when no GPU is visible (to try the script
 #                               on a machine without one); otherwise that is an error (status 3)
 # Exit status: 0 when the tests pass on a visible GPU; the ctest status when tests fail; 1 for
@@ -155,6 +161,7 @@ run_tests() {
   log "ctest -L gpu"
   set +e
   ctest --test-dir "$build_dir" -L gpu --output-on-failure --no-tests=error \
+    --timeout "${LOOM_GPU_TEST_TIMEOUT:-300}" -j "${LOOM_GPU_TEST_JOBS:-1}" \
     --output-junit "$out/ctest-gpu.xml" 2>&1 | tee "$build_dir/ctest-gpu.log"
   test_rc=${PIPESTATUS[0]}
   set -e
@@ -178,22 +185,27 @@ run_benchmarks() {
   done
 }
 
-# Decode tokens/s at batch 1/8/64/256 and prefill tokens/s in 4096-token steps on the 8B shape,
+# Decode tokens/s at batch 1/8/64/256 and prefill tokens/s in 4096-token steps (the 8B shape unless
+# told otherwise),
 # against the device's copy bandwidth and the H200's measured bf16 matmul peak (790 TFLOP/s).
 run_engine() {
-  local model="${LOOM_GPU_ENGINE_MODEL:-$build_dir/llama3-8b}"
+  local shape="${LOOM_GPU_ENGINE_SHAPE:-llama3-8b}"
+  local model="${LOOM_GPU_ENGINE_MODEL:-$build_dir/$shape}"
   local bench="$build_dir/bench/loom_engine_bench"
   [[ -x "$bench" ]] || die "$bench missing: run the build stage first"
   if [[ ! -f "$model/config.json" ]]; then
-    log "writing a random-weight llama3-8b checkpoint to $model"
-    "$bench" make-model --shape llama3-8b --dtype bf16 --out "$model" || die "make-model failed"
+    log "writing a random-weight $shape checkpoint to $model"
+    "$bench" make-model --shape "$shape" --dtype bf16 --out "$model" || die "make-model failed"
   fi
   log "engine decode (batch 1, 8, 64, 256)"
   "$bench" run --model "$model" --backend cuda --batch 1,8,64,256 --prompt-len 128 --gen-len 64 \
     --max-batched-tokens 4096 --repeat 2 --peak-tflops 790 --out "$out/engine-decode.json" ||
     log "engine decode failed with status $?"
-  log "engine prefill (4 x 4096-token prompts, 4096-token steps)"
-  "$bench" run --model "$model" --backend cuda --batch 4 --prompt-len 4096 --gen-len 2 \
+  # Prompts fit the context: 4096 tokens, or 2040 on the 1.1B shape (2048 positions).
+  local prompt_len=4096
+  [[ "$shape" == llama-1.1b && -z "${LOOM_GPU_ENGINE_MODEL:-}" ]] && prompt_len=2040
+  log "engine prefill (4 x $prompt_len-token prompts, 4096-token steps)"
+  "$bench" run --model "$model" --backend cuda --batch 4 --prompt-len "$prompt_len" --gen-len 2 \
     --max-batched-tokens 4096 --repeat 2 --peak-tflops 790 --out "$out/engine-prefill.json" ||
     log "engine prefill failed with status $?"
 }
