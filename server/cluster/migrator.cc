@@ -71,6 +71,17 @@ std::shared_ptr<grpc::Channel> Migrator::ChannelTo(const std::string& address) {
   return channel;
 }
 
+void Migrator::ReleaseReservation(v1::Instance::Stub& stub, uint64_t reservation,
+                                  int64_t timeout_ms) const {
+  grpc::ClientContext call;
+  AddAuth(call);
+  call.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
+  v1::ReleaseRequest rel;
+  rel.set_reservation_id(reservation);
+  v1::ReleaseResponse ignored;
+  (void)stub.Release(&call, rel, &ignored);
+}
+
 void Migrator::OnAbort(RequestId id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = relays_.find(id);
@@ -386,15 +397,7 @@ MigrationOutcome Migrator::MigrateOne(RequestId id, const std::string& address,
       }
       a.scheduler().CancelMigrateOut(id);
     });
-    if (t.reservation != 0) {
-      grpc::ClientContext call;
-      AddAuth(call);
-      call.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout));
-      v1::ReleaseRequest rel;
-      rel.set_reservation_id(t.reservation);
-      v1::ReleaseResponse ignored;
-      (void)stub.Release(&call, rel, &ignored);  // best effort: it also expires
-    }
+    if (t.reservation != 0) ReleaseReservation(stub, t.reservation, timeout);
     result.outcome = "aborted";
     result.reason = std::move(reason);
     return result;
@@ -480,13 +483,7 @@ MigrationOutcome Migrator::MigrateOne(RequestId id, const std::string& address,
   }
   if (ex.state.num_computed == 0 && t.reservation != 0) {
     // Moves without KV: the reservation is not needed.
-    grpc::ClientContext call;
-    AddAuth(call);
-    call.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout));
-    v1::ReleaseRequest rel;
-    rel.set_reservation_id(t.reservation);
-    v1::ReleaseResponse ignored;
-    (void)stub.Release(&call, rel, &ignored);
+    ReleaseReservation(stub, t.reservation, timeout);
     t.reservation = 0;
   }
   if (stream == nullptr || relay->client_gone.load()) {

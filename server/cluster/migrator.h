@@ -109,6 +109,8 @@ class Migrator {
   void RunRelay(Relay& relay);
   std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address);
   void AddAuth(grpc::ClientContext& call) const;
+  // Best effort: gives a destination's block reservation back (it also expires on its own).
+  void ReleaseReservation(v1::Instance::Stub& stub, uint64_t reservation, int64_t timeout_ms) const;
 
   ServingContext& ctx_;
   const std::string instance_id_;
