@@ -17,9 +17,15 @@
 //      so a fresh request follows its matches and a long one its own history.
 //   4. Probability that a token uses the expert: min(1, top_k * share(l, e)).
 // Layer proximity: a decoding request runs every layer once per token, so after c comes c+1 ...
-// L-1 and then 0 ... c-1 of its next token. The distance of layer l is d = (l - c) mod L and
-// its weight w(l) = 1 - d / (L + 1) (1 for the layer about to run, down to 2 / (L + 1)); the
-// priority of (l, e) is w(l) * probability(l, e).
+// L-1 and then 0 ... c-1 of its next token. The distance of layer l is d = (l - c) mod L.
+// Priority (how much to keep an expert) follows Belady: the sooner its next use is expected, the
+// higher. Layer l comes up after d layer-steps, and each later token (L steps apart) uses
+// (l, e) with probability q = min(1, probability(l, e)), so its next use is expected after
+// T = d + L (1 - q) / q steps, and its priority is 1 / (1 + T) = q / (q (1 + d) + L (1 - q)):
+// 1 for a sure expert of the layer about to run, 0 for one never used. A sure expert of the layer
+// just run (d = L - 1) thus outranks an unlikely one of the next layer, which a weight linear in
+// d alone would evict first. A batch forecast's probability above 1 (several requests) scales
+// the priority by it, so an expert two requests need outranks one that one request surely needs.
 // A batch is the union of its requests' forecasts (ExpertForecast::Add): probabilities are
 // summed, i.e. the expected number of the batch's requests that route a token to the expert per
 // step — an expert two requests need outranks one that one request needs (max would tie them).
@@ -28,7 +34,9 @@
 // (TraceCollection::CreditMatch) so that replacement keeps useful entries. Thread-compatible.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -77,10 +85,19 @@ class ExpertForecast {
   int32_t LayerDistance(int32_t layer) const {
     return (layer - current_layer_ + num_layers_) % num_layers_;
   }
-  double LayerWeight(int32_t layer) const {
-    return 1.0 - static_cast<double>(LayerDistance(layer)) / (num_layers_ + 1);
+  // Expected layer-steps to the next use (see the file comment); infinite for probability 0.
+  double ReuseDistance(ExpertKey key) const {
+    const double q = std::min(1.0, probability(key));
+    if (q <= 0.0) return std::numeric_limits<double>::infinity();
+    return LayerDistance(key.layer) + num_layers_ * (1.0 - q) / q;
   }
-  double Priority(ExpertKey key) const { return LayerWeight(key.layer) * probability(key); }
+  // 1 / (1 + ReuseDistance), times the probability where it exceeds 1 (a batch).
+  double Priority(ExpertKey key) const {
+    const double p = probability(key);
+    if (p <= 0.0) return 0.0;
+    const double q = std::min(1.0, p);
+    return std::max(1.0, p) * q / (q * (1.0 + LayerDistance(key.layer)) + num_layers_ * (1.0 - q));
+  }
 
   // Union with another request's forecast: probabilities add. InvalidArgument (nothing changes)
   // unless both have the same shape and current layer.

@@ -77,11 +77,11 @@ TEST(ActivationPolicyTest, TiesGoToTheFarthestLayer) {
 
 TEST(ActivationPolicyTest, PrefetchesMostUrgentFirstWithinTheLookahead) {
   std::unique_ptr<ExpertCachePolicy> p = Activation(4);
-  // Current layer 2. Weights: distance 1 -> 8/9, 2 -> 7/9, 3 -> 6/9.
-  ASSERT_TRUE(p->SetForecast(Forecast(2, {{{3, 0}, 0.9},    // 0.8
-                                          {{3, 1}, 0.6},    // 0.533
-                                          {{4, 2}, 0.9},    // 0.7
-                                          {{5, 3}, 0.5},    // 0.333
+  // Current layer 2. Priority q / (q (1 + d) + 8 (1 - q)) at distance d:
+  ASSERT_TRUE(p->SetForecast(Forecast(2, {{{3, 0}, 0.9},    // 0.9 / 2.6 = 0.346
+                                          {{3, 1}, 0.6},    // 0.6 / 4.4 = 0.136
+                                          {{4, 2}, 0.9},    // 0.9 / 3.5 = 0.257
+                                          {{5, 3}, 0.5},    // 0.5 / 6.0 = 0.083
                                           {{7, 0}, 0.95},   // distance 5: beyond the lookahead
                                           {{3, 2}, 0.1},    // below min_prefetch_probability
                                           {{2, 1}, 1.0}}))  // the running layer: on demand
@@ -91,7 +91,7 @@ TEST(ActivationPolicyTest, PrefetchesMostUrgentFirstWithinTheLookahead) {
   EXPECT_EQ(plan.loads[0].key, (ExpertKey{3, 0}));
   EXPECT_EQ(plan.loads[1].key, (ExpertKey{4, 2}));
   EXPECT_EQ(plan.loads[2].key, (ExpertKey{3, 1}));
-  EXPECT_NEAR(plan.loads[0].urgency, 0.8, 1e-12);
+  EXPECT_NEAR(plan.loads[0].urgency, 0.9 / 2.6, 1e-12);
   EXPECT_GT(plan.loads[1].urgency, plan.loads[2].urgency);
   EXPECT_TRUE(plan.evictions.empty());
   EXPECT_EQ(plan.num_dropped, 0);
@@ -136,8 +136,8 @@ TEST(ActivationPolicyTest, PrefetchEvictsOnlyWhatIsPredictedLessUseful) {
 TEST(ActivationPolicyTest, PrefetchDoesNotTradeALikelyFarExpertForALessLikelyNearOne) {
   std::unique_ptr<ExpertCachePolicy> p = Activation(1);
   ASSERT_TRUE(p->Access({1, 0}).ok());
-  // Current layer 2: (1, 0) ran just before and is 7 layers away (Priority 0.9 * 2/9 = 0.2), but
-  // its next token will use it with probability 0.9; (3, 0), next, only with 0.5 (Priority 0.44).
+  // Current layer 2: (1, 0) ran just before and is 7 layers away, but its next token will use it
+  // with probability 0.9; (3, 0), next, only with 0.5.
   ASSERT_TRUE(p->SetForecast(Forecast(2, {{{1, 0}, 0.9}, {{3, 0}, 0.5}})).ok());
   ExpertPrefetchPlan plan = p->PlanPrefetch(2);
   EXPECT_TRUE(plan.loads.empty());
@@ -182,8 +182,9 @@ TEST(ActivationPolicyTest, KeepScoreIsThePredictedUse) {
   EXPECT_EQ(p->KeepScore({2, 0}), 0.0);
   EXPECT_EQ(p->KeepScore({3, 0}), 0.0);
   ASSERT_TRUE(p->SetForecast(Forecast(1, {{{2, 0}, 0.3}, {{3, 0}, 0.9}})).ok());
-  EXPECT_NEAR(p->KeepScore({2, 0}), 0.3 * 8.0 / 9.0, 1e-12);
-  EXPECT_NEAR(p->KeepScore({3, 0}), 0.9 * 7.0 / 9.0, 1e-12);
+  // 1 / (1 + d + L (1 - q) / q) with L = 8: d = 1, q = 0.3 and d = 2, q = 0.9.
+  EXPECT_NEAR(p->KeepScore({2, 0}), 0.3 / (0.3 * 2.0 + 8.0 * 0.7), 1e-12);
+  EXPECT_NEAR(p->KeepScore({3, 0}), 0.9 / (0.9 * 3.0 + 8.0 * 0.1), 1e-12);
   EXPECT_EQ(Evicted(*p, {1, 1}), (ExpertKey{2, 0}));
 }
 

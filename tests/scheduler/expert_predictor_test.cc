@@ -1,6 +1,7 @@
 #include "scheduler/experts/expert_predictor.h"
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <vector>
 
@@ -160,12 +161,25 @@ TEST(ExpertPredictorTest, LayerProximityIsCyclicAndNearerLayersWeighMore) {
   EXPECT_EQ(f->LayerDistance(7), 2);
   EXPECT_EQ(f->LayerDistance(0), 3);  // the next token's first layer
   EXPECT_EQ(f->LayerDistance(4), 7);  // needed last
-  EXPECT_DOUBLE_EQ(f->LayerWeight(5), 1.0);
-  EXPECT_DOUBLE_EQ(f->LayerWeight(4), 1.0 - 7.0 / 9.0);
   f->set_probability({6, 1}, 0.5);
   f->set_probability({4, 1}, 0.5);
   EXPECT_GT(f->Priority({6, 1}), f->Priority({4, 1}));
-  EXPECT_DOUBLE_EQ(f->Priority({6, 1}), 0.5 * (1.0 - 1.0 / 9.0));
+  // Next use after d + L (1 - q) / q layer-steps: 1 + 8 = 9 for (6, 1), 7 + 8 = 15 for (4, 1).
+  EXPECT_DOUBLE_EQ(f->ReuseDistance({6, 1}), 9.0);
+  EXPECT_DOUBLE_EQ(f->ReuseDistance({4, 1}), 15.0);
+  EXPECT_DOUBLE_EQ(f->Priority({6, 1}), 1.0 / 10.0);
+  EXPECT_DOUBLE_EQ(f->Priority({4, 1}), 1.0 / 16.0);
+  // A sure expert of the layer just run outranks an unlikely one of the next layer (its next
+  // use, 7 steps away, comes before the other's expected 1 + 8 * 4 = 33).
+  f->set_probability({4, 2}, 1.0);
+  f->set_probability({6, 2}, 0.2);
+  EXPECT_DOUBLE_EQ(f->Priority({4, 2}), 1.0 / 8.0);
+  EXPECT_GT(f->Priority({4, 2}), f->Priority({6, 2}));
+  // The layer about to run, surely: 1. Never used: 0 (and an infinite reuse distance).
+  f->set_probability({5, 0}, 1.0);
+  EXPECT_DOUBLE_EQ(f->Priority({5, 0}), 1.0);
+  EXPECT_EQ(f->Priority({5, 3}), 0.0);
+  EXPECT_TRUE(std::isinf(f->ReuseDistance({5, 3})));
 }
 
 TEST(ExpertPredictorTest, ABatchSumsItsRequestsForecasts) {
