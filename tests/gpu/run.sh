@@ -3,7 +3,8 @@
 # CUDA toolkit, CMake, Ninja and a C++ compiler but none of loom's library packages and no
 # package registry. Run from anywhere inside the repository:
 #
-#   tests/gpu/run.sh [STAGE...]      STAGE: build test bench engine sdpa (default: all of them)
+#   tests/gpu/run.sh [STAGE...]      STAGE: build test bench engine sdpa profile
+#                                    (default: all but profile)
 #
 # Stages, so that a run fits a machine's time limit in parts (the build folder is reused):
 #   build   unpack the packages, configure, build the gpu tests and every benchmark below
@@ -13,6 +14,9 @@
 #           folder): decode at batch 1/8/64/256 and prefill in 4096-token steps, CUDA backend
 #   sdpa    bench/kernels/sdpa_attention.py: PyTorch's scaled_dot_product_attention on the
 #           attention benchmarks' shapes (skipped when torch is missing)
+#   profile Nsight Compute (ncu) on the engine stage's model decoding at batch 1: every kernel's
+#           GPU time, summed by kernel name (tests/gpu/ncu_summary.py), to show where a decode
+#           step goes; needs the engine stage's checkpoint (or LOOM_GPU_ENGINE_MODEL)
 #
 # It unpacks the Debian packages that tests/gpu/fetch-debs.sh downloaded (.gpu-deps/, carried
 # with the working tree) into a private prefix with `dpkg -x` (nothing is installed system-wide),
@@ -210,6 +214,32 @@ run_engine() {
     log "engine prefill failed with status $?"
 }
 
+# Every kernel of a short batch-1 decode run under ncu (one metric, so one pass per kernel):
+# ncu-decode.csv, and ncu-decode.md / .json summed by kernel name.
+run_profile() {
+  local shape="${LOOM_GPU_ENGINE_SHAPE:-llama3-8b}"
+  local model="${LOOM_GPU_ENGINE_MODEL:-$build_dir/$shape}"
+  local bench="$build_dir/bench/loom_engine_bench"
+  [[ -x "$bench" ]] || die "$bench missing: run the build stage first"
+  [[ -f "$model/config.json" ]] || die "no checkpoint at $model: run the engine stage first"
+  local ncu
+  ncu="$(command -v ncu || true)"
+  [[ -n "$ncu" ]] || { [[ -x /usr/local/cuda/bin/ncu ]] && ncu=/usr/local/cuda/bin/ncu; }
+  if [[ -z "$ncu" ]]; then
+    log "ncu not found: the profile stage is skipped"
+    return
+  fi
+  log "ncu: batch-1 decode, 16 new tokens"
+  "$ncu" --graph-profiling node --metrics gpu__time_duration.sum --csv \
+    --log-file "$out/ncu-decode.csv" "$bench" run --model "$model" --backend cuda --batch 1 \
+    --prompt-len 128 --gen-len 16 --repeat 1 --out "$out/profiled-engine.json" ||
+    log "the profiled run failed with status $?"
+  python3 "$root/tests/gpu/ncu_summary.py" "$out/ncu-decode.csv" \
+    --out-json "$out/ncu-decode.json" > "$out/ncu-decode.md" ||
+    log "ncu_summary.py failed with status $?"
+  head -25 "$out/ncu-decode.md" || true
+}
+
 run_sdpa() {
   if ! python3 -c "import torch" 2>/dev/null; then
     log "torch not importable: the SDPA comparison is skipped"
@@ -224,7 +254,7 @@ stages=("$@")
 [[ ${#stages[@]} -gt 0 ]] || stages=(build test bench engine sdpa)
 has_stage() { local s; for s in "${stages[@]}"; do [[ "$s" == "$1" ]] && return 0; done; return 1; }
 for stage in "${stages[@]}"; do
-  case "$stage" in build|test|bench|engine|sdpa) ;; *) die "unknown stage '$stage'" ;; esac
+  case "$stage" in build|test|bench|engine|sdpa|profile) ;; *) die "unknown stage '$stage'" ;; esac
 done
 
 check_tools
@@ -241,6 +271,7 @@ has_stage test && run_tests
 has_stage bench && run_benchmarks
 has_stage engine && run_engine
 has_stage sdpa && run_sdpa
+has_stage profile && run_profile
 "$root/tests/gpu/summarize.py" --out "$out" --ctest-status "$test_rc" ||
   log "summary failed (python3 missing?); the raw JSON files are in $out"
 log "results in $out"
