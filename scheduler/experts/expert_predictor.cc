@@ -32,6 +32,7 @@ absl::StatusOr<ExpertForecast> ExpertForecast::Zeros(int32_t num_layers, int32_t
   forecast.num_experts_ = num_experts;
   forecast.current_layer_ = current_layer;
   forecast.probability_.assign(static_cast<size_t>(num_layers) * num_experts, 0.0);
+  forecast.none_.assign(static_cast<size_t>(num_layers) * num_experts, 1.0);
   return forecast;
 }
 
@@ -45,7 +46,10 @@ absl::Status ExpertForecast::Add(const ExpertForecast& other) {
                                                    other.current_layer_, " with one at layer ",
                                                    current_layer_));
   }
-  for (size_t i = 0; i < probability_.size(); ++i) probability_[i] += other.probability_[i];
+  for (size_t i = 0; i < probability_.size(); ++i) {
+    probability_[i] += other.probability_[i];
+    none_[i] *= other.none_[i];
+  }
   return absl::OkStatus();
 }
 
@@ -159,8 +163,7 @@ absl::Status ExpertPredictor::AddForecast(const ActivationMatrix& request,
                                ? (k0 * prior_share + static_cast<double>(counts[e])) / denominator
                                : prior_share;
       const ExpertKey key{l, e};
-      batch->set_probability(key,
-                             batch->probability(key) + std::min(1.0, config_.top_k * share));
+      batch->AddRequest(key, std::min(1.0, config_.top_k * share));
     }
   }
   return absl::OkStatus();

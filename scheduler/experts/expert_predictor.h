@@ -26,6 +26,9 @@
 // just run (d = L - 1) thus outranks an unlikely one of the next layer, which a weight linear in
 // d alone would evict first. A batch forecast's probability above 1 (several requests) scales
 // the priority by it, so an expert two requests need outranks one that one request surely needs.
+// For a batch, q is the chance that any of its requests uses the expert, 1 - prod (1 - q_i),
+// not the sum: eight requests that each use an expert one time in eight make it likely (0.66),
+// not sure.
 // A batch is the union of its requests' forecasts (ExpertForecast::Add): probabilities are
 // summed, i.e. the expected number of the batch's requests that route a token to the expert per
 // step — an expert two requests need outranks one that one request needs (max would tie them).
@@ -80,23 +83,35 @@ class ExpertForecast {
 
   // Probability that a step uses `key` (a batch union: expected number of requests using it).
   double probability(ExpertKey key) const { return probability_[Index(key)]; }
-  void set_probability(ExpertKey key, double p) { probability_[Index(key)] = p; }
+  // Probability that at least one of the batch's requests uses `key` in a step (for one request,
+  // min(1, probability)).
+  double use_probability(ExpertKey key) const { return 1.0 - none_[Index(key)]; }
+  // Sets `key` as one request's forecast would: probability p, used with probability min(1, p).
+  void set_probability(ExpertKey key, double p) {
+    probability_[Index(key)] = p;
+    none_[Index(key)] = 1.0 - std::clamp(p, 0.0, 1.0);
+  }
+  // Adds one more request that uses `key` with probability p (in [0, 1]).
+  void AddRequest(ExpertKey key, double p) {
+    probability_[Index(key)] += p;
+    none_[Index(key)] *= 1.0 - std::clamp(p, 0.0, 1.0);
+  }
   // Layers after current_layer before `layer` runs (cyclic), and the proximity weight.
   int32_t LayerDistance(int32_t layer) const {
     return (layer - current_layer_ + num_layers_) % num_layers_;
   }
   // Expected layer-steps to the next use (see the file comment); infinite for probability 0.
   double ReuseDistance(ExpertKey key) const {
-    const double q = std::min(1.0, probability(key));
+    const double q = use_probability(key);
     if (q <= 0.0) return std::numeric_limits<double>::infinity();
     return LayerDistance(key.layer) + num_layers_ * (1.0 - q) / q;
   }
-  // 1 / (1 + ReuseDistance), times the probability where it exceeds 1 (a batch).
+  // 1 / (1 + ReuseDistance), times the summed probability where it exceeds 1 (a batch).
   double Priority(ExpertKey key) const {
-    const double p = probability(key);
-    if (p <= 0.0) return 0.0;
-    const double q = std::min(1.0, p);
-    return std::max(1.0, p) * q / (q * (1.0 + LayerDistance(key.layer)) + num_layers_ * (1.0 - q));
+    const double q = use_probability(key);
+    if (q <= 0.0) return 0.0;
+    return std::max(1.0, probability(key)) * q /
+           (q * (1.0 + LayerDistance(key.layer)) + num_layers_ * (1.0 - q));
   }
 
   // Union with another request's forecast: probabilities add. InvalidArgument (nothing changes)
@@ -111,6 +126,7 @@ class ExpertForecast {
   int32_t num_experts_ = 0;
   int32_t current_layer_ = 0;
   std::vector<double> probability_;  // [num_layers, num_experts]
+  std::vector<double> none_;         // [num_layers, num_experts]: no request uses it
 };
 
 class ExpertPredictor {

@@ -195,13 +195,24 @@ TEST(ExpertPredictorTest, ABatchSumsItsRequestsForecasts) {
   EXPECT_DOUBLE_EQ(batch.probability({2, 3}), 1.25);
   EXPECT_DOUBLE_EQ(batch.probability({2, 4}), 0.75);
   EXPECT_DOUBLE_EQ(batch.probability({2, 5}), 0.9);
+  // The chance that any request uses it: 1 - 0.25 * 0.5.
+  EXPECT_DOUBLE_EQ(batch.use_probability({2, 3}), 0.875);
+  EXPECT_DOUBLE_EQ(batch.use_probability({2, 4}), 0.75);
+  EXPECT_DOUBLE_EQ(batch.use_probability({2, 6}), 0.0);
   // Sum, not max: the expert both requests need outranks the one only b needs more surely.
   EXPECT_GT(batch.Priority({2, 3}), batch.Priority({2, 5}));
+  EXPECT_DOUBLE_EQ(batch.Priority({2, 3}), 1.25 * 0.875 / (0.875 * 2.0 + 8.0 * 0.125));
   // Forecasts at different layers or shapes do not unite.
   EXPECT_FALSE(batch.Add(*ExpertForecast::Zeros(kLayers, kExperts, 2)).ok());
   EXPECT_FALSE(batch.Add(*ExpertForecast::Zeros(kLayers, kExperts + 1, 1)).ok());
   EXPECT_DOUBLE_EQ(batch.probability({2, 3}), 1.25);
+  EXPECT_DOUBLE_EQ(batch.use_probability({2, 3}), 0.875);
   EXPECT_FALSE(ExpertForecast::Zeros(kLayers, kExperts, kLayers).ok());
+  // Eight requests that each use an expert one time in eight: likely, not sure.
+  ExpertForecast eight = *ExpertForecast::Zeros(kLayers, kExperts, 1);
+  for (int i = 0; i < 8; ++i) eight.AddRequest({3, 0}, 0.125);
+  EXPECT_DOUBLE_EQ(eight.probability({3, 0}), 1.0);
+  EXPECT_NEAR(eight.use_probability({3, 0}), 1.0 - std::pow(0.875, 8), 1e-12);
 }
 
 // AddForecast builds a batch union in place: the same numbers as uniting Forecast's results,
