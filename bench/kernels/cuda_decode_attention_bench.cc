@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "bench/kernels/cuda_bench_buffer.h"
 #include "kernels/common/attention_args.h"
 #include "kernels/cuda/decode_attention.h"
 #include "kernels/cuda/device.h"
@@ -32,6 +33,9 @@
 
 namespace loom {
 namespace {
+
+using bench::DeviceBuffer;
+using bench::Upload;
 
 constexpr int kLaunchesPerIteration = 10;
 constexpr int32_t kHeads = 32, kKvHeads = 8, kHeadDim = 128, kBlockSize = 16;
@@ -43,39 +47,6 @@ struct BenchContext {
   int sm_count = 0;
   size_t l2_bytes = 0;
 };
-
-// Device memory filled with the byte 0x3c (bf16 ~0.0115, f32 ~0.0115: finite, normal values).
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t bytes) {
-    LOOM_CUDA_CHECK(cudaMalloc(&data_, std::max<size_t>(bytes, 1)));
-    LOOM_CUDA_CHECK(cudaMemset(data_, 0x3c, std::max<size_t>(bytes, 1)));
-    // The kernels run on a non-blocking stream, which does not wait for the legacy stream's
-    // memset and copies: finish them before any launch.
-    LOOM_CUDA_CHECK(cudaDeviceSynchronize());
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { cudaFree(data_); }
-
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(data_);
-  }
-
- private:
-  void* data_ = nullptr;
-};
-
-template <typename T>
-void Upload(const std::vector<T>& host, const DeviceBuffer& device) {
-  LOOM_CUDA_CHECK(cudaMemcpy(device.as<T>(), host.data(), host.size() * sizeof(T),
-                             cudaMemcpyHostToDevice));
-  // A copy from pageable memory may still be in flight when cudaMemcpy returns, and the
-  // benchmarks' non-blocking stream does not wait for it (a kernel once read a half-written
-  // block table and faulted).
-  LOOM_CUDA_CHECK(cudaDeviceSynchronize());
-}
 
 double CacheBytes(int64_t batch, int64_t context) {
   return 2.0 * batch * context * kKvHeads * kHeadDim * 2;

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "bench/kernels/cuda_bench_buffer.h"
 #include "kernels/common/attention_args.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/paged_attention.h"
@@ -33,45 +34,15 @@
 namespace loom {
 namespace {
 
+using bench::DeviceBuffer;
+using bench::Upload;
+
 constexpr double kPeakTflops = 790.0;
 constexpr int kLaunchesPerIteration = 5;
 constexpr int32_t kNumHeads = 32;
 constexpr int32_t kNumKvHeads = 8;
 constexpr int32_t kHeadDim = 128;
 constexpr int32_t kBlockSize = 16;
-
-// Device memory filled with the byte 0x3c (f32 ~0.0115, bf16 ~0.0115: normal, finite numbers).
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t bytes) {
-    LOOM_CUDA_CHECK(cudaMalloc(&data_, std::max<size_t>(bytes, 1)));
-    LOOM_CUDA_CHECK(cudaMemset(data_, 0x3c, bytes));
-    // The kernels run on a non-blocking stream, which does not wait for the legacy stream's
-    // memset and copies: finish them before any launch.
-    LOOM_CUDA_CHECK(cudaDeviceSynchronize());
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { cudaFree(data_); }
-
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(data_);
-  }
-
- private:
-  void* data_ = nullptr;
-};
-
-template <typename T>
-void Upload(const std::vector<T>& host, const DeviceBuffer& device) {
-  LOOM_CUDA_CHECK(cudaMemcpy(device.as<T>(), host.data(), host.size() * sizeof(T),
-                             cudaMemcpyHostToDevice));
-  // A copy from pageable memory may still be in flight when cudaMemcpy returns, and the
-  // benchmarks' non-blocking stream does not wait for it (a kernel once read a half-written
-  // block table and faulted).
-  LOOM_CUDA_CHECK(cudaDeviceSynchronize());
-}
 
 // `num_seqs` sequences of `seq_len` cached positions whose last `query_len` are query rows, in
 // device memory, with shuffled block tables; `args` points at it.

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "bench/kernels/cuda_bench_buffer.h"
 #include "kernels/common/dtype.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/quant_matmul.h"
@@ -29,32 +30,10 @@
 namespace loom {
 namespace {
 
+using bench::DeviceBuffer;
+
 constexpr int kLaunchesPerIteration = 10;
 constexpr int kMaxWeightCopies = 64;
-
-// Device memory filled with the byte 0x3c: halves of ~1.06, int8 quants of 60, f32 ~0.0115 (all
-// finite, so no NaN slows anything down).
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t bytes) {
-    LOOM_CUDA_CHECK(cudaMalloc(&data_, std::max<size_t>(bytes, 1)));
-    LOOM_CUDA_CHECK(cudaMemset(data_, 0x3c, std::max<size_t>(bytes, 1)));
-    // The kernels run on a non-blocking stream, which does not wait for the legacy stream's
-    // memset and copies: finish them before any launch.
-    LOOM_CUDA_CHECK(cudaDeviceSynchronize());
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { cudaFree(data_); }
-
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(data_);
-  }
-
- private:
-  void* data_ = nullptr;
-};
 
 struct BenchContext {
   cudaStream_t stream = nullptr;

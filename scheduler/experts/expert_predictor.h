@@ -19,19 +19,17 @@
 // Layer proximity: a decoding request runs every layer once per token, so after c comes c+1 ...
 // L-1 and then 0 ... c-1 of its next token. The distance of layer l is d = (l - c) mod L.
 // Priority (how much to keep an expert) follows Belady: the sooner its next use is expected, the
-// higher. Layer l comes up after d layer-steps, and each later token (L steps apart) uses
-// (l, e) with probability q = min(1, probability(l, e)), so its next use is expected after
-// T = d + L (1 - q) / q steps, and its priority is 1 / (1 + T) = q / (q (1 + d) + L (1 - q)):
-// 1 for a sure expert of the layer about to run, 0 for one never used. A sure expert of the layer
-// just run (d = L - 1) thus outranks an unlikely one of the next layer, which a weight linear in
-// d alone would evict first. A batch forecast's probability above 1 (several requests) scales
-// the priority by it, so an expert two requests need outranks one that one request surely needs.
-// For a batch, q is the chance that any of its requests uses the expert, 1 - prod (1 - q_i),
-// not the sum: eight requests that each use an expert one time in eight make it likely (0.66),
-// not sure.
-// A batch is the union of its requests' forecasts (ExpertForecast::Add): probabilities are
-// summed, i.e. the expected number of the batch's requests that route a token to the expert per
-// step — an expert two requests need outranks one that one request needs (max would tie them).
+// higher. Layer l comes up after d layer-steps, and each later step (L apart) uses (l, e) with
+// probability q (use_probability), so its next use is expected after T = d + L (1 - q) / q
+// steps, and its priority is 1 / (1 + T): 1 for a sure expert of the layer about to run, 0 for
+// one never used. A sure expert of the layer just run (d = L - 1) thus outranks an unlikely one
+// of the next layer, which a weight linear in d alone would evict first.
+// A batch is the union of its requests' forecasts (ExpertForecast::Add). Its probability is the
+// sum of theirs, the expected number of the batch's requests that route a token to the expert
+// per step; where that exceeds 1 it scales the priority, so an expert two requests need outranks
+// one that one request surely needs (max would tie them). Its q is the chance that any of them
+// uses the expert, 1 - prod (1 - q_i) (for one request, min(1, probability)): eight requests
+// that each use an expert one time in eight make it likely (0.66), not sure.
 //
 // Stateless apart from its config; the caller credits the collection's best match
 // (TraceCollection::CreditMatch) so that replacement keeps useful entries. Thread-compatible.
@@ -96,7 +94,7 @@ class ExpertForecast {
     probability_[Index(key)] += p;
     none_[Index(key)] *= 1.0 - std::clamp(p, 0.0, 1.0);
   }
-  // Layers after current_layer before `layer` runs (cyclic), and the proximity weight.
+  // Layers after current_layer before `layer` runs (cyclic).
   int32_t LayerDistance(int32_t layer) const {
     return (layer - current_layer_ + num_layers_) % num_layers_;
   }
@@ -108,10 +106,7 @@ class ExpertForecast {
   }
   // 1 / (1 + ReuseDistance), times the summed probability where it exceeds 1 (a batch).
   double Priority(ExpertKey key) const {
-    const double q = use_probability(key);
-    if (q <= 0.0) return 0.0;
-    return std::max(1.0, probability(key)) * q /
-           (q * (1.0 + LayerDistance(key.layer)) + num_layers_ * (1.0 - q));
+    return std::max(1.0, probability(key)) / (1.0 + ReuseDistance(key));
   }
 
   // Union with another request's forecast: probabilities add. InvalidArgument (nothing changes)

@@ -189,13 +189,17 @@ run_benchmarks() {
   done
 }
 
-# Decode tokens/s at batch 1/8/64/256 and prefill tokens/s in 4096-token steps (the 8B shape unless
-# told otherwise),
-# against the device's copy bandwidth and the H200's measured bf16 matmul peak (790 TFLOP/s).
+# The engine stages' checkpoint shape, folder and benchmark binary (LOOM_GPU_ENGINE_SHAPE and
+# LOOM_GPU_ENGINE_MODEL, above).
+engine_shape="${LOOM_GPU_ENGINE_SHAPE:-llama3-8b}"
+engine_model="${LOOM_GPU_ENGINE_MODEL:-$build_dir/$engine_shape}"
+engine_bench="$build_dir/bench/loom_engine_bench"
+
+# Decode tokens/s at batch 1/8/64/256 and prefill tokens/s in 4096-token steps (on the 8B shape
+# unless told otherwise), against the device's copy bandwidth and the H200's measured bf16
+# matmul peak (790 TFLOP/s).
 run_engine() {
-  local shape="${LOOM_GPU_ENGINE_SHAPE:-llama3-8b}"
-  local model="${LOOM_GPU_ENGINE_MODEL:-$build_dir/$shape}"
-  local bench="$build_dir/bench/loom_engine_bench"
+  local shape="$engine_shape" model="$engine_model" bench="$engine_bench"
   [[ -x "$bench" ]] || die "$bench missing: run the build stage first"
   if [[ ! -f "$model/config.json" ]]; then
     log "writing a random-weight $shape checkpoint to $model"
@@ -207,7 +211,7 @@ run_engine() {
     log "engine decode failed with status $?"
   # Prompts fit the context: 4096 tokens, or 2040 on the 1.1B shape (2048 positions).
   local prompt_len=4096
-  [[ "$shape" == llama-1.1b && -z "${LOOM_GPU_ENGINE_MODEL:-}" ]] && prompt_len=2040
+  if [[ "$shape" == llama-1.1b && -z "${LOOM_GPU_ENGINE_MODEL:-}" ]]; then prompt_len=2040; fi
   log "engine prefill (4 x $prompt_len-token prompts, 4096-token steps)"
   "$bench" run --model "$model" --backend cuda --batch 4 --prompt-len "$prompt_len" --gen-len 2 \
     --max-batched-tokens 4096 --repeat 2 --peak-tflops 790 --out "$out/engine-prefill.json" ||
@@ -217,14 +221,12 @@ run_engine() {
 # Every kernel of a short batch-1 decode run under ncu (one metric, so one pass per kernel):
 # ncu-decode.csv, and ncu-decode.md / .json summed by kernel name.
 run_profile() {
-  local shape="${LOOM_GPU_ENGINE_SHAPE:-llama3-8b}"
-  local model="${LOOM_GPU_ENGINE_MODEL:-$build_dir/$shape}"
-  local bench="$build_dir/bench/loom_engine_bench"
+  local model="$engine_model" bench="$engine_bench"
   [[ -x "$bench" ]] || die "$bench missing: run the build stage first"
   [[ -f "$model/config.json" ]] || die "no checkpoint at $model: run the engine stage first"
   local ncu
   ncu="$(command -v ncu || true)"
-  [[ -n "$ncu" ]] || { [[ -x /usr/local/cuda/bin/ncu ]] && ncu=/usr/local/cuda/bin/ncu; }
+  if [[ -z "$ncu" && -x /usr/local/cuda/bin/ncu ]]; then ncu=/usr/local/cuda/bin/ncu; fi
   if [[ -z "$ncu" ]]; then
     log "ncu not found: the profile stage is skipped"
     return
