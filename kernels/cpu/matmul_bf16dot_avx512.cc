@@ -49,8 +49,10 @@ constexpr int kNr = 12;
 constexpr int64_t kPanel = 32;
 // Tokens, k (elements, even) and weight rows per block: the x^T slice of a panel (kc / 2 pairs ×
 // 32 tokens × 4 bytes = 16 KiB) in L1, the tile-ordered block (nc × kc / 2 words = 48 KiB) and
-// the accumulator (nc × mc floats = 96 KiB) in L2. Not tuned on hardware yet.
-constexpr PanelBlocking kBlocking = {256, 256, 96};
+// the accumulator (nc × mc floats = 192 KiB) in L2. mc = 512 packs each weight block once for a
+// 512-token prefill: measured on Zen 4 (1 MiB L2), 256 -> 512 took the 1.1B-shaped layers from
+// 182-193 to 192-203 GFLOP/s on one thread (bench/results/cpu_matmul.md).
+constexpr PanelBlocking kBlocking = {512, 256, 96};
 static_assert(kBlocking.kc % 2 == 0 && kBlocking.nc % kNr == 0 && kBlocking.mc % kPanel == 0);
 
 // Panel p of x^T as bf16 pairs: words[q * 32 + c] for pair q and token c.
@@ -71,25 +73,69 @@ void PackPairsPanel(const MatmulInput& x, int64_t p, uint32_t* words) {
   }
 }
 
+// Words [q, q + 16) of four weight rows (pairs from `pair`) into tile order: 4×4 transposes within
+// each 128-bit lane leave in lane L of t[j] the four rows' words of pair q + 4L + j, stored as 16
+// bytes at dst[(4L + j) * kNr]. 4 loads, 8 shuffles and 16 stores for 64 words.
+inline void PackFourRows(const uint16_t* const (&src)[4], int64_t pair, uint32_t* dst) {
+  const __m512i a = _mm512_loadu_si512(src[0] + 2 * pair);
+  const __m512i b = _mm512_loadu_si512(src[1] + 2 * pair);
+  const __m512i c = _mm512_loadu_si512(src[2] + 2 * pair);
+  const __m512i d = _mm512_loadu_si512(src[3] + 2 * pair);
+  const __m512i ab_lo = _mm512_unpacklo_epi32(a, b);  // per lane: a0 b0 a1 b1
+  const __m512i ab_hi = _mm512_unpackhi_epi32(a, b);  // a2 b2 a3 b3
+  const __m512i cd_lo = _mm512_unpacklo_epi32(c, d);
+  const __m512i cd_hi = _mm512_unpackhi_epi32(c, d);
+  const __m512i t[4] = {_mm512_unpacklo_epi64(ab_lo, cd_lo), _mm512_unpackhi_epi64(ab_lo, cd_lo),
+                        _mm512_unpacklo_epi64(ab_hi, cd_hi), _mm512_unpackhi_epi64(ab_hi, cd_hi)};
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + j * kNr), _mm512_castsi512_si128(t[j]));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (4 + j) * kNr),
+                     _mm512_extracti32x4_epi32(t[j], 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (8 + j) * kNr),
+                     _mm512_extracti32x4_epi32(t[j], 2));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (12 + j) * kNr),
+                     _mm512_extracti32x4_epi32(t[j], 3));
+  }
+}
+
 // Rows [n0, n0 + rows) × pairs [q0, q0 + num_pairs) of a bf16 weight into tile order:
 // dst[(g * num_pairs + q) * kNr + r] = the pair (W[n0 + g kNr + r, 2(q0 + q)], ... + 1), zero for
-// rows past `rows` (up to a whole tile) and for the missing half of an odd k.
+// rows past `rows` (up to a whole tile) and for the missing half of an odd k. Whole groups of kNr
+// rows go 16 pairs at a time through PackFourRows; the rest (a partial last group, the last
+// < 16 pairs, the half pair of an odd k) word by word.
 void PackWeightBlock(const MatmulProjection& p, int64_t k, int64_t n0, int64_t rows, int64_t q0,
                      int64_t num_pairs, uint32_t* dst) {
+  static_assert(kNr % 4 == 0);
   const auto* w = static_cast<const uint16_t*>(p.weight);
   const int64_t groups = (rows + kNr - 1) / kNr;
   const bool odd = k % 2 != 0;
   const int64_t last_pair = (k + 1) / 2 - 1;
+  // Pairs of the block with both halves inside the row, rounded down to whole runs of 16.
+  const int64_t whole_pairs = MinOf(num_pairs, k / 2 - q0);
+  const int64_t vector_pairs = whole_pairs > 0 ? whole_pairs / 16 * 16 : 0;
   for (int64_t g = 0; g < groups; ++g) {
+    uint32_t* group_dst = dst + g * num_pairs * kNr;
+    int64_t q_begin = 0;
+    if ((g + 1) * kNr <= rows) {
+      for (int r = 0; r < kNr; r += 4) {
+        const uint16_t* src[4];
+        for (int i = 0; i < 4; ++i) src[i] = w + (n0 + g * kNr + r + i) * k + 2 * q0;
+        for (int64_t q = 0; q < vector_pairs; q += 16) {
+          PackFourRows(src, q, group_dst + q * kNr + r);
+        }
+      }
+      q_begin = vector_pairs;
+    }
     for (int r = 0; r < kNr; ++r) {
       const int64_t row = g * kNr + r;
-      uint32_t* out = dst + g * num_pairs * kNr + r;
+      uint32_t* out = group_dst + r;
       if (row >= rows) {
-        for (int64_t q = 0; q < num_pairs; ++q) out[q * kNr] = 0;
+        for (int64_t q = q_begin; q < num_pairs; ++q) out[q * kNr] = 0;
         continue;
       }
       const uint16_t* src = w + (n0 + row) * k + 2 * q0;
-      for (int64_t q = 0; q < num_pairs; ++q) {
+      for (int64_t q = q_begin; q < num_pairs; ++q) {
         uint32_t word;
         if (odd && q0 + q == last_pair) {
           word = src[2 * q];  // the row ends here: the high half stays zero
@@ -145,14 +191,26 @@ void PairsRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begi
   float* acc = thread_buffer + b.nc * b.kc;
   for (int64_t m0 = 0; m0 < x.m; m0 += b.mc) {
     const int64_t m1 = MinOf(x.m, m0 + b.mc);
+    const int64_t panels = (m1 - m0 + kPanel - 1) / kPanel;
     for (int64_t n0 = row_begin; n0 < row_end; n0 += b.nc) {
       const int64_t rows = MinOf(b.nc, row_end - n0);
       const int64_t groups = (rows + kNr - 1) / kNr;
       for (int64_t q0 = 0; q0 < pairs; q0 += block_pairs) {
         const int64_t num_pairs = MinOf(block_pairs, pairs - q0);
         PackWeightBlock(p, x.k, n0, rows, q0, num_pairs, block);
+        // The block after this one, the next k block of these rows or else the next rows' first,
+        // is prefetched a share of rows per panel (as the FMA panels do): without it the pack
+        // waits on DRAM for each row's few lines in turn.
+        const bool next_k = q0 + block_pairs < pairs;
+        const int64_t next_n0 = next_k ? n0 : n0 + b.nc;
+        const int64_t next_q0 = next_k ? q0 + block_pairs : 0;
+        const int64_t next_rows = next_n0 < row_end ? MinOf(b.nc, row_end - next_n0) : 0;
+        const int64_t next_len = MinOf(b.kc, x.k - 2 * next_q0);
         for (int64_t i = m0; i < m1; i += kPanel) {
           const uint32_t* xt = x_panels + (i / kPanel) * kPanel * pairs + q0 * kPanel;
+          const int64_t panel = (i - m0) / kPanel;
+          PrefetchBlockRows<Bf16Weight>(p, x.k, next_n0, panel * next_rows / panels,
+                                        (panel + 1) * next_rows / panels, 2 * next_q0, next_len);
           for (int64_t g = 0; g < groups; ++g) {
             float* acc_tile = acc + g * kNr * b.mc + (i - m0);
             const uint32_t* w = block + g * num_pairs * kNr;
