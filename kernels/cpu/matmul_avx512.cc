@@ -90,8 +90,9 @@ struct Avx512 {
 
 // GEMV: kNr = 8 runs of weight rows per thread (the Sapphire Rapids baselines reach the roofline
 // with 8 streams per core), each prefetched 512 B ahead. Those baselines show no gain from
-// software prefetch on one stream, and on the AVX2 machine it was neutral to harmful; it stays at
-// 512 B until it is measured on an AVX-512 machine (bench/results/cpu_matmul.md).
+// software prefetch on one stream, and on the AVX2 machine it was neutral to harmful. On a Zen 4
+// machine 0 and 512 B measured the same and 1536 B lost 15-20 % on one thread
+// (bench/results/cpu_matmul.md), so it stays at 512 B.
 constexpr int kGemvPrefetchBytes = 512;
 
 // Dot-kernel blocking for GemmRowsAvx512 (matmul_dot_inl.h): x rows, k, weight rows per block;
