@@ -73,14 +73,15 @@ void PackPairsPanel(const MatmulInput& x, int64_t p, uint32_t* words) {
   }
 }
 
-// Words [q, q + 16) of four weight rows (pairs from `pair`) into tile order: 4×4 transposes within
-// each 128-bit lane leave in lane L of t[j] the four rows' words of pair q + 4L + j, stored as 16
-// bytes at dst[(4L + j) * kNr]. 4 loads, 8 shuffles and 16 stores for 64 words.
-inline void PackFourRows(const uint16_t* const (&src)[4], int64_t pair, uint32_t* dst) {
-  const __m512i a = _mm512_loadu_si512(src[0] + 2 * pair);
-  const __m512i b = _mm512_loadu_si512(src[1] + 2 * pair);
-  const __m512i c = _mm512_loadu_si512(src[2] + 2 * pair);
-  const __m512i d = _mm512_loadu_si512(src[3] + 2 * pair);
+// Pairs [q, q + 16) of four weight rows (src[i] points at a row's pair 0) into tile order: 4×4
+// transposes within each 128-bit lane leave in lane L of t[j] the four rows' words of pair
+// q + 4L + j, stored as 16 bytes at dst[(4L + j) * kNr]. 4 loads, 8 shuffles and 16 stores for 64
+// words.
+inline void PackFourRows(const uint16_t* const (&src)[4], int64_t q, uint32_t* dst) {
+  const __m512i a = _mm512_loadu_si512(src[0] + 2 * q);
+  const __m512i b = _mm512_loadu_si512(src[1] + 2 * q);
+  const __m512i c = _mm512_loadu_si512(src[2] + 2 * q);
+  const __m512i d = _mm512_loadu_si512(src[3] + 2 * q);
   const __m512i ab_lo = _mm512_unpacklo_epi32(a, b);  // per lane: a0 b0 a1 b1
   const __m512i ab_hi = _mm512_unpackhi_epi32(a, b);  // a2 b2 a3 b3
   const __m512i cd_lo = _mm512_unpacklo_epi32(c, d);
