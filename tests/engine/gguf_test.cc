@@ -302,6 +302,22 @@ TEST(GgufModelTest, LlamaConfigAndUnpermutedRows) {
   EXPECT_EQ(checkpoint->Find("lm_head.weight"), nullptr);
 }
 
+// A q tensor with no columns and 2^60 rows holds no bytes: mapping it has nothing to reorder and
+// returns at once (it once walked every row, a hang the fuzzer found).
+TEST(GgufModelTest, EmptyPermutedTensorMapsWithoutWalkingItsRows) {
+  GgufBuilder b;
+  b.Str("general.architecture", "llama")
+      .U32("llama.attention.head_count", 2)
+      .Tensor("blk.0.attn_q.weight", {0, uint64_t{1} << 60}, 0, {});
+  const std::vector<uint8_t> bytes = b.Build();
+  absl::StatusOr<std::unique_ptr<GgufFile>> file = ParseBytes(bytes);
+  ASSERT_TRUE(file.ok()) << file.status();
+  absl::StatusOr<std::unique_ptr<GgufTensorView>> view = MapGgufTensors(**file);
+  ASSERT_TRUE(view.ok()) << view.status();
+  ASSERT_EQ((*view)->tensors.size(), 1u);
+  EXPECT_EQ((*view)->tensors[0].num_bytes, 0);
+}
+
 TEST(GgufModelTest, Qwen3IsNotPermutedAndHasItsClass) {
   const std::vector<uint8_t> bytes = TinyLlama("qwen3", false);
   absl::StatusOr<std::unique_ptr<GgufFile>> file = ParseBytes(bytes);
