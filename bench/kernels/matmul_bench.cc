@@ -7,7 +7,8 @@
 //   BM_Bf16DotPeak   vdpbf16ps throughput of 12 chains: the roof of the AVX512-BF16 GEMM (kBf16)
 //   BM_Gemv          m = 1 on one 1.1B-shaped weight; GB/s = weight bytes / time
 //   BM_GemvSweep     m = 1..8 over a model's worth (> 1 GiB) of weights, layer after layer as a
-//                    decode step runs them (q/k/v and gate/up as groups), so caches cannot help
+//                    decode step runs them (q/k/v and gate/up as groups), so caches cannot help;
+//                    bf16 also at MatmulPrecision::kBf16 (the vdpbf16ps GEMV on AVX512-BF16)
 //   BM_Gemm          m in {16, 64, 128, 512} on the same shapes; GFLOP/s = 2 m n k / time, per
 //                    precision where it matters (AMX, and AVX-512's bf16 dot products)
 //   BM_PathCrossover GEMV and GEMM paths forced at m = 1..16: where MatmulGemvMaxM comes from
@@ -223,8 +224,11 @@ void BM_Gemv(benchmark::State& state) {
   std::vector<float> y(static_cast<size_t>(shape.n));
   const MatmulInput in{x.data(), 1, shape.k, shape.k};
   const MatmulProjection proj{weight.data(), dtype, shape.n, nullptr, y.data(), shape.n};
+  std::vector<uint8_t> workspace(MatmulWorkspaceBytes(1, shape.k, threads));
   const auto begin = Clock::now();
-  for (auto _ : state) Check(state, Matmul(in, proj, Pool(threads), nullptr, 0));
+  for (auto _ : state) {
+    Check(state, Matmul(in, proj, Pool(threads), workspace.data(), workspace.size()));
+  }
   const double seconds = Seconds(begin, Clock::now());
   state.counters["GB/s"] = static_cast<double>(weight.bytes()) * state.iterations() / seconds / 1e9;
   state.SetLabel(std::string(DTypeName(dtype)) + " " + shape.name +
@@ -275,7 +279,7 @@ ModelWeights& Model(DType dtype) {
 // One decode step's matmuls over all layers (attention and activations left out).
 MatmulStatus RunSweep(ModelWeights& w, int64_t m, const float* x_hidden, const float* x_ffn,
                       float* y_qkv, float* y_ffn, float* y_out, ThreadPool& pool,
-                      std::vector<uint8_t>& ws) {
+                      std::vector<uint8_t>& ws, const MatmulOptions& options) {
   constexpr int64_t kH = ModelWeights::kHidden, kKv = ModelWeights::kKv, kF = ModelWeights::kFfn;
   const MatmulInput hidden{x_hidden, m, kH, kH};
   const MatmulInput ffn{x_ffn, m, kF, kF};
@@ -289,22 +293,25 @@ MatmulStatus RunSweep(ModelWeights& w, int64_t m, const float* x_hidden, const f
         {w.gate[l]->data(), w.dtype, kF, nullptr, y_ffn, 2 * kF},
         {w.up[l]->data(), w.dtype, kF, nullptr, y_ffn + kF, 2 * kF}};
     const MatmulStatus statuses[4] = {
-        MatmulGroup(hidden, qkv, pool, ws.data(), ws.size()),
+        MatmulGroup(hidden, qkv, pool, ws.data(), ws.size(), options),
         Matmul(hidden, {w.o[l]->data(), w.dtype, kH, nullptr, y_out, kH}, pool, ws.data(),
-               ws.size()),
-        MatmulGroup(hidden, gate_up, pool, ws.data(), ws.size()),
+               ws.size(), options),
+        MatmulGroup(hidden, gate_up, pool, ws.data(), ws.size(), options),
         Matmul(ffn, {w.down[l]->data(), w.dtype, kH, nullptr, y_out, kH}, pool, ws.data(),
-               ws.size())};
+               ws.size(), options)};
     for (MatmulStatus s : statuses) status = s != MatmulStatus::kOk ? s : status;
   }
   return status;
 }
 
-// Args: dtype index, threads, m.
+// Args: dtype index, threads, m, precision (0 highest, 1 bf16; the second for bf16 weights only,
+// where AVX-512 then takes the vdpbf16ps GEMV).
 void BM_GemvSweep(benchmark::State& state) {
   const DType dtype = kDTypes[state.range(0)];
   const int threads = static_cast<int>(state.range(1));
   const int64_t m = state.range(2);
+  const MatmulOptions options{state.range(3) == 1 ? MatmulPrecision::kBf16
+                                                  : MatmulPrecision::kHighest};
   ModelWeights& w = Model(dtype);
   const std::vector<float> x_hidden = RandomX(m, ModelWeights::kHidden);
   const std::vector<float> x_ffn = RandomX(m, ModelWeights::kFfn);
@@ -312,23 +319,23 @@ void BM_GemvSweep(benchmark::State& state) {
       static_cast<size_t>(m * (ModelWeights::kHidden + 2 * ModelWeights::kKv)));
   std::vector<float> y_ffn(static_cast<size_t>(m * 2 * ModelWeights::kFfn));
   std::vector<float> y_out(static_cast<size_t>(m * ModelWeights::kHidden));
-  std::vector<uint8_t> ws(MatmulWorkspaceBytes(m, ModelWeights::kFfn, threads));
+  std::vector<uint8_t> ws(MatmulWorkspaceBytes(m, ModelWeights::kFfn, threads, options));
   const auto begin = Clock::now();
   for (auto _ : state) {
     Check(state, RunSweep(w, m, x_hidden.data(), x_ffn.data(), y_qkv.data(), y_ffn.data(),
-                          y_out.data(), Pool(threads), ws));
+                          y_out.data(), Pool(threads), ws, options));
   }
   const double seconds = Seconds(begin, Clock::now());
   state.counters["GB/s"] = static_cast<double>(w.bytes) * state.iterations() / seconds / 1e9;
   state.SetLabel(std::string(DTypeName(dtype)) + " " + std::to_string(w.num_layers) + " layers " +
                  std::to_string(w.bytes >> 20) + " MiB m=" + std::to_string(m) +
-                 " threads=" + std::to_string(threads));
+                 " threads=" + std::to_string(threads) +
+                 (state.range(3) == 1 ? " precision=bf16" : ""));
 }
 BENCHMARK(BM_GemvSweep)
-    ->ArgsProduct({{0, 1, 2}, {1, 2}, {1}})
-    ->Args({0, 2, 2})
-    ->Args({0, 2, 4})
-    ->Args({0, 2, 8})
+    ->ArgsProduct({{0, 1, 2}, {1, 2}, {1}, {0}})
+    ->ArgsProduct({{0}, {2}, {2, 4, 8}, {0}})
+    ->ArgsProduct({{0}, {1, 2}, {1, 2, 4}, {1}})
     ->UseRealTime()
     ->MinTime(2.0)
     ->Unit(benchmark::kMillisecond);

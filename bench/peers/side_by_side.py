@@ -272,13 +272,19 @@ def main():
         if raw[t]["loom fast-bf16"]:
             s["loom_fast_bf16_prefill"] = summarize(
                 [x["prefill_tokens_per_s"] for x in raw[t]["loom fast-bf16"]])
+            s["loom_fast_bf16_decode"] = summarize(
+                [x["decode_tokens_per_s"] for x in raw[t]["loom fast-bf16"]])
             s["bf16_dot_peak_gflop_per_s"] = all_peaks["bf16_dot"].get(t, 0)
         best_peer_prefill = max(s["llamacpp_bf16_prefill"]["best"], s["llamacpp_f16_prefill"]["best"])
         best_loom_prefill = max(s["loom_prefill"]["best"],
                                 s.get("loom_fast_bf16_prefill", {}).get("best", 0))
-        s["ratio_decode_vs_llamacpp_bf16"] = s["loom_decode"]["best"] / s["llamacpp_bf16_decode"]["best"]
+        # llama.cpp's BF16 path rounds activations to bf16, as loom's --fast-bf16-matmul does: the
+        # ratios take loom's better figure of its two settings.
+        best_loom_decode = max(s["loom_decode"]["best"],
+                               s.get("loom_fast_bf16_decode", {}).get("best", 0))
+        s["ratio_decode_vs_llamacpp_bf16"] = best_loom_decode / s["llamacpp_bf16_decode"]["best"]
         s["ratio_prefill_vs_llamacpp_best_float"] = best_loom_prefill / best_peer_prefill
-        s["loom_decode_fraction_of_roofline"] = s["loom_decode"]["best"] / s["decode_roofline_tokens_per_s"]
+        s["loom_decode_fraction_of_roofline"] = best_loom_decode / s["decode_roofline_tokens_per_s"]
         if s.get("bf16_dot_peak_gflop_per_s"):
             s["loom_fast_bf16_prefill_fraction_of_bf16_dot_peak"] = (
                 s["loom_fast_bf16_prefill"]["best"] * params_flops / 1e9 / s["bf16_dot_peak_gflop_per_s"])
@@ -367,15 +373,20 @@ def markdown(doc):
             f"{100 * s.get('llamacpp_best_prefill_fraction_of_fma_peak', 0):.0f} % | {met} |")
     if any("loom_fast_bf16_prefill" in s for s in doc["summary"].values()):
         lines += ["", "| threads | loom prefill, bf16-rounded activations | vdpbf16ps peak | "
-                  "fraction of that peak |", "|---:|---:|---:|---:|"]
+                  "fraction of that peak | loom decode, bf16-rounded activations |",
+                  "|---:|---:|---:|---:|---:|"]
         for t, s in doc["summary"].items():
             if "loom_fast_bf16_prefill" in s:
+                decode = cell(s["loom_fast_bf16_decode"]) if "loom_fast_bf16_decode" in s else "-"
                 lines.append(
                     f"| {t} | {cell(s['loom_fast_bf16_prefill'])} | "
                     f"{s.get('bf16_dot_peak_gflop_per_s', 0):.0f} GFLOP/s | "
-                    f"{100 * s.get('loom_fast_bf16_prefill_fraction_of_bf16_dot_peak', 0):.0f} % |")
+                    f"{100 * s.get('loom_fast_bf16_prefill_fraction_of_bf16_dot_peak', 0):.0f} % | "
+                    f"{decode} |")
         lines.append("")
-        lines.append("The prefill ratio above takes loom's better prefill of the two.")
+        lines.append("The ratios and the roofline fraction above take loom's better figure of its "
+                     "two settings (`--fast-bf16-matmul` rounds activations to bf16, as llama.cpp's "
+                     "BF16 path does).")
     if st["batch8"]:
         lines += ["", "| threads | loom decode, batch 8 | llama.cpp BF16 decode, batch 8 |",
                   "|---:|---:|---:|"]

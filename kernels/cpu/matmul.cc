@@ -51,6 +51,15 @@ bool AllBf16(std::span<const MatmulProjection> projections) {
   return true;
 }
 
+// The AVX-512 GEMV: vdpbf16ps where it applies (kBf16, bf16 weights, m <= GemvBf16DotMaxM), the
+// f32 FMA kernel otherwise.
+void Bf16DotGemv(const GroupArgs& args, ThreadPool& pool) {
+  if (matmul_internal::GemvBf16DotAvx512Applies(args)) {
+    return matmul_internal::GemvBf16DotAvx512(args, pool);
+  }
+  matmul_internal::GemvAvx512(args, pool);
+}
+
 void Run(Isa isa, MatmulPath path, const GroupArgs& args, ThreadPool& pool) {
   namespace mi = matmul_internal;
   const bool gemv = path == MatmulPath::kGemv;
@@ -60,11 +69,11 @@ void Run(Isa isa, MatmulPath path, const GroupArgs& args, ThreadPool& pool) {
     case Isa::kAvx2:
       return gemv ? mi::GemvAvx2(args, pool) : mi::GemmAvx2(args, pool);
     case Isa::kAvx512:
-      if (gemv) return mi::GemvAvx512(args, pool);
+      if (gemv) return Bf16DotGemv(args, pool);
       return mi::GemmBf16DotAvx512Applies(args) ? mi::GemmBf16DotAvx512(args, pool)
                                                  : mi::GemmAvx512(args, pool);
     case Isa::kAmx:
-      if (gemv) return mi::GemvAvx512(args, pool);
+      if (gemv) return Bf16DotGemv(args, pool);
       return AllBf16(args.projections) ? mi::GemmAmx(args, pool) : mi::GemmAvx512(args, pool);
   }
 }
@@ -189,6 +198,12 @@ size_t MatmulWorkspaceBytes(int64_t m, int64_t k, int num_threads, const MatmulO
   size_t bytes = 0;
   if (float_gemm || quant_gemm) {
     bytes = GemmWorkspaceBytes(isa, m, k, num_threads, options.precision);
+  }
+  // The vdpbf16ps GEMV holds x in bf16.
+  if (!float_gemm && (isa == Isa::kAvx512 || isa == Isa::kAmx) &&
+      options.precision == MatmulPrecision::kBf16 && m <= matmul_internal::GemvBf16DotMaxM()) {
+    const size_t x_bf16 = matmul_internal::GemvBf16DotAvx512WorkspaceBytes(m, k);
+    bytes = x_bf16 > bytes ? x_bf16 : bytes;
   }
   if (quant_gemv && mode == QuantActivations::kInt8 && isa != Isa::kScalar) {
     const size_t int8 = matmul_internal::Int8XWorkspaceBytes(m, k);

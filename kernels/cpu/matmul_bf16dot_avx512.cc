@@ -16,6 +16,17 @@
 //
 // Loop nest per thread and weight, as in matmul_panel_inl.h (whose workspace layout and write-out
 // it shares): m0 (mc tokens) > n0 (nc rows) > k0 (kc) > panel > kNr rows.
+//
+// The GEMV at kBf16 for m <= GemvBf16DotMaxM (decode of one or two sequences): x is rounded once
+// per call into bf16 rows in the workspace, and vdpbf16ps takes 32 weights straight from the row
+// as they are stored: one load and one instruction per 64 bytes of weight and x row, where the
+// f32 FMA GEMV widens in two more. Each thread walks its contiguous rows in order, one row at a
+// time against every x row, so it reads its weights as one sequential stream: on Zen 4 that read
+// 24-28 GB/s on one thread where 8 interleaved streams read 15-18, the opposite of what the
+// Sapphire Rapids baselines showed for the FMA GEMV. With one weight row per tile, x is reloaded
+// for every row, which stops paying from m = 4 on: larger m keeps the FMA GEMV, and so does
+// kHighest (x split into x_hi + x_lo read no faster than the FMA GEMV there);
+// bench/results/cpu_matmul.md.
 #include "kernels/cpu/x86_intrinsics.h"
 
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -228,6 +239,78 @@ void PairsRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begi
   }
 }
 
+// ---- GEMV ----
+
+// x rows in bf16 are padded with zeros to whole steps of 32 elements.
+constexpr int64_t kGemvStep = 32;
+constexpr int64_t kGemvMaxM = 2;  // GemvBf16DotMaxM (see the file comment)
+
+int64_t GemvPaddedK(int64_t k) { return (k + kGemvStep - 1) / kGemvStep * kGemvStep; }
+
+// x [m, k] into bf16 rows of GemvPaddedK(k) elements at out.
+void RoundXToBf16(const MatmulInput& x, uint16_t* out) {
+  const int64_t kp = GemvPaddedK(x.k);
+  for (int64_t i = 0; i < x.m; ++i) {
+    const float* row = x.data + i * x.stride;
+    uint16_t* dst = out + i * kp;
+    int64_t c = 0;
+    for (; c < x.k; ++c) dst[c] = F32ToBf16(row[c]);  // as the GEMM's x panels round
+    for (; c < kp; ++c) dst[c] = 0;
+  }
+}
+
+// sums[a] = weight row · x row a over the padded k, for kM x rows at x (row stride kp). Two
+// accumulators per x row (even and odd steps) keep the chains of dependent vdpbf16ps short.
+// `tail` is the row's last partial step zero-padded (null when k is whole steps).
+template <int kM>
+inline void GemvRowTile(const uint16_t* w, int64_t whole_steps, const uint16_t* tail,
+                        const uint16_t* x, int64_t kp, float* sums) {
+  __m512 acc[kM][2];
+#pragma GCC unroll 2
+  for (int a = 0; a < kM; ++a) acc[a][0] = acc[a][1] = _mm512_setzero_ps();
+  auto step = [&](const Bf16Pairs wv, int64_t k, int parity) {
+#pragma GCC unroll 2
+    for (int a = 0; a < kM; ++a) {
+      acc[a][parity] =
+          _mm512_dpbf16_ps(acc[a][parity], wv, AsPairs(_mm512_loadu_si512(x + a * kp + k)));
+    }
+  };
+  int64_t s = 0;
+  for (; s + 2 <= whole_steps; s += 2) {
+    step(AsPairs(_mm512_loadu_si512(w + s * kGemvStep)), s * kGemvStep, 0);
+    step(AsPairs(_mm512_loadu_si512(w + (s + 1) * kGemvStep)), (s + 1) * kGemvStep, 1);
+  }
+  if (s < whole_steps) {
+    step(AsPairs(_mm512_loadu_si512(w + s * kGemvStep)), s * kGemvStep, 0);
+    ++s;
+  }
+  if (tail != nullptr) step(AsPairs(_mm512_loadu_si512(tail)), s * kGemvStep, 1);
+#pragma GCC unroll 2
+  for (int a = 0; a < kM; ++a) sums[a] = _mm512_reduce_add_ps(_mm512_add_ps(acc[a][0], acc[a][1]));
+}
+
+// Weight rows [row_begin, row_end) of one bf16 projection, in order, each against every x row.
+template <int kM>
+void GemvRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begin, int64_t row_end,
+              const uint16_t* x_bf16) {
+  const auto* w = static_cast<const uint16_t*>(p.weight);
+  const int64_t kp = GemvPaddedK(x.k);
+  const int64_t whole_steps = x.k / kGemvStep;
+  const int64_t tail_len = x.k - whole_steps * kGemvStep;
+  alignas(64) uint16_t tail[kGemvStep] = {};
+  float sums[kM];
+  for (int64_t n = row_begin; n < row_end; ++n) {
+    const uint16_t* row = w + n * x.k;
+    // A partial last step is copied out so no load reads past the row (the weight is a mapping).
+    if (tail_len > 0) std::memcpy(tail, row + whole_steps * kGemvStep, tail_len * sizeof(uint16_t));
+    GemvRowTile<kM>(row, whole_steps, tail_len > 0 ? tail : nullptr, x_bf16, kp, sums);
+#pragma GCC unroll 2
+    for (int a = 0; a < kM; ++a) {
+      p.y[a * p.y_stride + n] = p.bias != nullptr ? sums[a] + p.bias[n] : sums[a];
+    }
+  }
+}
+
 }  // namespace
 
 bool GemmBf16DotAvx512Applies(const GroupArgs& args) {
@@ -259,6 +342,39 @@ void GemmBf16DotAvx512(const GroupArgs& args, ThreadPool& pool) {
 size_t GemmBf16DotAvx512WorkspaceBytes(int64_t m, int64_t k, int num_threads) {
   // x^T as pairs takes at most the f32 panels' room; the tile-ordered block half the f32 block's.
   return PanelWorkspaceBytes(m, k, num_threads, kPanel, kBlocking);
+}
+
+int64_t GemvBf16DotMaxM() { return kGemvMaxM; }
+
+bool GemvBf16DotAvx512Applies(const GroupArgs& args) {
+  if (args.precision != MatmulPrecision::kBf16 || args.x.m > kGemvMaxM) return false;
+  for (const MatmulProjection& p : args.projections) {
+    if (p.dtype != DType::kBF16) return false;
+  }
+  return true;
+}
+
+void GemvBf16DotAvx512(const GroupArgs& args, ThreadPool& pool) {
+  const auto address = reinterpret_cast<uintptr_t>(args.workspace);
+  auto* x_bf16 = reinterpret_cast<uint16_t*>((address + 63) / 64 * 64);
+  RoundXToBf16(args.x, x_bf16);
+  // Units of 4 rows: one contiguous run per thread, cut finely enough to balance the threads.
+  constexpr int64_t kUnitRows = 4;
+  pool.ParallelFor(CountRowUnits(args.projections, kUnitRows),
+                   [&](int64_t unit_begin, int64_t unit_end, int) {
+    ForEachRowRange(args.projections, kUnitRows, unit_begin, unit_end,
+                    [&](const MatmulProjection& p, int64_t row_begin, int64_t row_end) {
+                      if (args.x.m == 1) {
+                        GemvRows<1>(args.x, p, row_begin, row_end, x_bf16);
+                      } else {
+                        GemvRows<2>(args.x, p, row_begin, row_end, x_bf16);
+                      }
+                    });
+  });
+}
+
+size_t GemvBf16DotAvx512WorkspaceBytes(int64_t m, int64_t k) {
+  return static_cast<size_t>(64 + m * GemvPaddedK(k) * 2);
 }
 
 }  // namespace loom::cpu::matmul_internal

@@ -31,8 +31,9 @@ namespace {
 // - f32-exact paths (scalar/AVX2/AVX-512 GEMV and GEMM, AMX split-bf16): products are exact (or,
 //   split-bf16, within 2^-17 of exact) and both sides sum in f32 in different orders; with random
 //   signs the summation error stays far below 1e-5 of scale even at k = 2048.
-// - AMX with MatmulPrecision::kBf16: x is rounded to bf16 (relative error <= 2^-9 per product),
-//   so the bound is 2^-9 of scale plus the f32 summation error: 4e-3.
+// - AMX, and AVX-512 on bf16 weights (the vdpbf16ps GEMM, and GEMV for m <= 2), with
+//   MatmulPrecision::kBf16: x is rounded to bf16 (relative error <= 2^-9 per product), so the
+//   bound is 2^-9 of scale plus the f32 summation error: 4e-3.
 constexpr double kExactTolerance = 1e-5;
 constexpr double kBf16Tolerance = 4e-3;
 
@@ -162,8 +163,7 @@ TEST_P(MatmulPathTest, MatchesReference) {
   const auto [isa, path, dtype, precision] = GetParam();
   if (!IsaSupported(isa)) GTEST_SKIP() << IsaName(isa) << " is not supported by this CPU";
   const MatmulOptions options{precision, path, isa};
-  const double tolerance = (isa == Isa::kAmx || isa == Isa::kAvx512) &&
-                                   path == MatmulPath::kGemm && dtype == DType::kBF16 &&
+  const double tolerance = (isa == Isa::kAmx || isa == Isa::kAvx512) && dtype == DType::kBF16 &&
                                    precision == MatmulPrecision::kBf16
                                ? kBf16Tolerance
                                : kExactTolerance;
@@ -209,12 +209,15 @@ INSTANTIATE_TEST_SUITE_P(
                      testing::Values(MatmulPrecision::kHighest, MatmulPrecision::kBf16)),
     PathCaseName);
 
-// The AVX512-BF16 GEMM (vdpbf16ps) at kBf16 is exact on x rounded to bf16: products of two bf16
-// are exact in f32, so against the reference run on the rounded x only the summation order
-// differs. A wrong pairing of k, a lost odd element or a misplaced token shows up far above that.
-TEST(MatmulBf16DotTest, Avx512GemmIsExactOnBf16RoundedX) {
+// The AVX512-BF16 GEMM and GEMV (vdpbf16ps) at kBf16 are exact on x rounded to bf16: products of
+// two bf16 are exact in f32, so against the reference run on the rounded x only the summation
+// order differs. A wrong pairing of k, a lost odd element or a misplaced token shows up far above
+// that.
+class MatmulBf16DotTest : public testing::TestWithParam<MatmulPath> {};
+
+TEST_P(MatmulBf16DotTest, Avx512IsExactOnBf16RoundedX) {
   if (!IsaSupported(Isa::kAvx512)) GTEST_SKIP() << "AVX-512 is not supported by this CPU";
-  const MatmulOptions options{MatmulPrecision::kBf16, MatmulPath::kGemm, Isa::kAvx512};
+  const MatmulOptions options{MatmulPrecision::kBf16, GetParam(), Isa::kAvx512};
   std::mt19937 rng(77);
   int index = 0;
   std::vector<Shape> shapes = TestShapes();
@@ -243,6 +246,12 @@ TEST(MatmulBf16DotTest, Avx512GemmIsExactOnBf16RoundedX) {
                "m=" + std::to_string(s.m) + " k=" + std::to_string(s.k) + " n=" + std::to_string(s.n));
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Paths, MatmulBf16DotTest,
+                         testing::Values(MatmulPath::kGemv, MatmulPath::kGemm),
+                         [](const testing::TestParamInfo<MatmulPath>& info) {
+                           return std::string(info.param == MatmulPath::kGemv ? "gemv" : "gemm");
+                         });
 
 class MatmulIsaTest : public testing::TestWithParam<Isa> {};
 
@@ -377,11 +386,16 @@ TEST(MatmulTest, ChecksIsaAndWorkspace) {
   } else {
     EXPECT_EQ(status, MatmulStatus::kUnsupportedIsa);
   }
-  // The GEMV paths and the scalar GEMM need no workspace; the SIMD GEMMs do.
+  // The GEMV paths and the scalar GEMM need no workspace; the SIMD GEMMs do, and so does the
+  // vdpbf16ps GEMV (kBf16, m <= 2) for x in bf16.
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
     const MatmulOptions gemv{MatmulPrecision::kHighest, MatmulPath::kGemv, isa};
     const MatmulOptions gemm{MatmulPrecision::kHighest, MatmulPath::kGemm, isa};
+    const MatmulOptions bf16_gemv{MatmulPrecision::kBf16, MatmulPath::kGemv, isa};
     EXPECT_EQ(MatmulWorkspaceBytes(64, 4096, 2, gemv), 0u);
+    EXPECT_EQ(MatmulWorkspaceBytes(64, 4096, 2, bf16_gemv), 0u);
+    const bool dot = isa == Isa::kAvx512 || isa == Isa::kAmx;
+    EXPECT_EQ(MatmulWorkspaceBytes(2, 4096, 2, bf16_gemv), dot ? 64u + 2 * 4096 * 2 : 0u);
     EXPECT_EQ(MatmulWorkspaceBytes(64, 4096, 2, gemm) > 0, isa != Isa::kScalar);
   }
   if (IsaSupported(Isa::kAvx2)) {
