@@ -51,7 +51,7 @@ bool AllBf16(std::span<const MatmulProjection> projections) {
   return true;
 }
 
-// The AVX-512 GEMV: vdpbf16ps where it applies (kBf16, bf16 weights, m <= GemvBf16DotMaxM), the
+// The AVX-512 GEMV: vdpbf16ps where it applies (kBf16, bf16 weights, m = 1), the
 // f32 FMA kernel otherwise.
 void Bf16DotGemv(const GroupArgs& args, ThreadPool& pool) {
   if (matmul_internal::GemvBf16DotAvx512Applies(args)) {

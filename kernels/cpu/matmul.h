@@ -91,7 +91,7 @@ struct MatmulProjection {
 };
 
 // How x may be rounded on the way into bf16 arithmetic. The AMX GEMM path uses it, and so do the
-// AVX-512 GEMM of bf16 weights and their GEMV for m <= 2 at kBf16 (vdpbf16ps dot products, twice
+// AVX-512 GEMM of bf16 weights and their GEMV for m = 1 at kBf16 (vdpbf16ps dot products, twice
 // the multiply-adds of an f32 FMA per instruction and no widening of the weights; kHighest keeps
 // the f32 FMA kernels there); every other path computes with f32 x (as accurate as kHighest or
 // more).

@@ -17,16 +17,15 @@
 // Loop nest per thread and weight, as in matmul_panel_inl.h (whose workspace layout and write-out
 // it shares): m0 (mc tokens) > n0 (nc rows) > k0 (kc) > panel > kNr rows.
 //
-// The GEMV at kBf16 for m <= GemvBf16DotMaxM (decode of one or two sequences): x is rounded once
-// per call into bf16 rows in the workspace, and vdpbf16ps takes 32 weights straight from the row
-// as they are stored: one load and one instruction per 64 bytes of weight and x row, where the
-// f32 FMA GEMV widens in two more. Each thread walks its contiguous rows in order, one row at a
-// time against every x row, so it reads its weights as one sequential stream: on Zen 4 that read
-// 24-28 GB/s on one thread where 8 interleaved streams read 15-18, the opposite of what the
-// Sapphire Rapids baselines showed for the FMA GEMV. With one weight row per tile, x is reloaded
-// for every row, which stops paying from m = 4 on: larger m keeps the FMA GEMV, and so does
-// kHighest (x split into x_hi + x_lo read no faster than the FMA GEMV there);
-// bench/results/cpu_matmul.md.
+// The GEMV at kBf16 for m = 1 (decode of one sequence): x is rounded once per call into bf16 in
+// the workspace, and vdpbf16ps takes 32 weights straight from the row as they are stored: one
+// load and one instruction per 64 bytes of weight, where the f32 FMA GEMV widens in two more.
+// Each thread cuts its contiguous rows into 2 runs read side by side (a tile takes one row of
+// each). Measured on Zen 4 (bench/results/cpu_matmul.md): 23-27 GB/s on one thread and 30-33 on
+// two, against 15-19 / 23-27 for one run and 17-19 / 27-28 for the f32 FMA GEMV; 4 runs were level
+// with 2, and 4 adjacent rows per tile lower. From m = 2 on, vdpbf16ps with x reloaded per row
+// group read no faster than the FMA GEMV (which reuses x over 6-8 rows), so m >= 2 and kHighest
+// keep that.
 #include "kernels/cpu/x86_intrinsics.h"
 
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -241,73 +240,93 @@ void PairsRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begi
 
 // ---- GEMV ----
 
-// x rows in bf16 are padded with zeros to whole steps of 32 elements.
+// The x row in bf16 is padded with zeros to whole steps of 32 elements.
 constexpr int64_t kGemvStep = 32;
-constexpr int64_t kGemvMaxM = 2;  // GemvBf16DotMaxM (see the file comment)
+constexpr int64_t kGemvMaxM = 1;  // GemvBf16DotMaxM (see the file comment)
+// Runs of rows read side by side per thread (see the file comment).
+constexpr int kGemvRuns = 2;
 
 int64_t GemvPaddedK(int64_t k) { return (k + kGemvStep - 1) / kGemvStep * kGemvStep; }
 
-// x [m, k] into bf16 rows of GemvPaddedK(k) elements at out.
+// The x row [k] into bf16, GemvPaddedK(k) elements at out.
 void RoundXToBf16(const MatmulInput& x, uint16_t* out) {
-  const int64_t kp = GemvPaddedK(x.k);
-  for (int64_t i = 0; i < x.m; ++i) {
-    const float* row = x.data + i * x.stride;
-    uint16_t* dst = out + i * kp;
-    int64_t c = 0;
-    for (; c < x.k; ++c) dst[c] = F32ToBf16(row[c]);  // as the GEMM's x panels round
-    for (; c < kp; ++c) dst[c] = 0;
-  }
+  int64_t c = 0;
+  for (; c < x.k; ++c) out[c] = F32ToBf16(x.data[c]);  // as the GEMM's x panels round
+  for (; c < GemvPaddedK(x.k); ++c) out[c] = 0;
 }
 
-// sums[a] = weight row · x row a over the padded k, for kM x rows at x (row stride kp). Two
-// accumulators per x row (even and odd steps) keep the chains of dependent vdpbf16ps short.
-// `tail` is the row's last partial step zero-padded (null when k is whole steps).
-template <int kM>
-inline void GemvRowTile(const uint16_t* w, int64_t whole_steps, const uint16_t* tail,
-                        const uint16_t* x, int64_t kp, float* sums) {
-  __m512 acc[kM][2];
-#pragma GCC unroll 2
-  for (int a = 0; a < kM; ++a) acc[a][0] = acc[a][1] = _mm512_setzero_ps();
-  auto step = [&](const Bf16Pairs wv, int64_t k, int parity) {
-#pragma GCC unroll 2
-    for (int a = 0; a < kM; ++a) {
-      acc[a][parity] =
-          _mm512_dpbf16_ps(acc[a][parity], wv, AsPairs(_mm512_loadu_si512(x + a * kp + k)));
+// sums[r] = weight row r · x over the padded k, for the kR weight rows w[r]. Two accumulators
+// per row (even and odd steps) keep the chains of dependent vdpbf16ps short. With `tail`,
+// tails[r] is row r's last partial step, zero-padded.
+template <int kR>
+inline void GemvTile(const uint16_t* const (&w)[kR], int64_t whole_steps, bool tail,
+                     const uint16_t (&tails)[kR][kGemvStep], const uint16_t* x, float* sums) {
+  __m512 acc[kR][2];
+#pragma GCC unroll 4
+  for (int r = 0; r < kR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  // One step of 32 elements of the rows at `rows` (from element w_off) against x from element
+  // k, into accumulator `chain`.
+  auto step = [&](const uint16_t* const (&rows)[kR], int64_t w_off, int64_t k, int chain) {
+    const Bf16Pairs xv = AsPairs(_mm512_loadu_si512(x + k));
+#pragma GCC unroll 4
+    for (int r = 0; r < kR; ++r) {
+      acc[r][chain] =
+          _mm512_dpbf16_ps(acc[r][chain], AsPairs(_mm512_loadu_si512(rows[r] + w_off)), xv);
     }
   };
   int64_t s = 0;
   for (; s + 2 <= whole_steps; s += 2) {
-    step(AsPairs(_mm512_loadu_si512(w + s * kGemvStep)), s * kGemvStep, 0);
-    step(AsPairs(_mm512_loadu_si512(w + (s + 1) * kGemvStep)), (s + 1) * kGemvStep, 1);
+    step(w, s * kGemvStep, s * kGemvStep, 0);
+    step(w, (s + 1) * kGemvStep, (s + 1) * kGemvStep, 1);
   }
   if (s < whole_steps) {
-    step(AsPairs(_mm512_loadu_si512(w + s * kGemvStep)), s * kGemvStep, 0);
+    step(w, s * kGemvStep, s * kGemvStep, 0);
     ++s;
   }
-  if (tail != nullptr) step(AsPairs(_mm512_loadu_si512(tail)), s * kGemvStep, 1);
-#pragma GCC unroll 2
-  for (int a = 0; a < kM; ++a) sums[a] = _mm512_reduce_add_ps(_mm512_add_ps(acc[a][0], acc[a][1]));
+  if (tail) {
+    const uint16_t* tail_rows[kR];
+#pragma GCC unroll 4
+    for (int r = 0; r < kR; ++r) tail_rows[r] = tails[r];
+    step(tail_rows, 0, s * kGemvStep, 1);
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < kR; ++r) sums[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]));
 }
 
-// Weight rows [row_begin, row_end) of one bf16 projection, in order, each against every x row.
-template <int kM>
-void GemvRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begin, int64_t row_end,
-              const uint16_t* x_bf16) {
+// Weight rows n, n + spread, ..., n + (kR - 1) spread of one bf16 projection against x.
+template <int kR>
+void GemvRowGroup(const MatmulInput& x, const MatmulProjection& p, int64_t n, int64_t spread,
+                  const uint16_t* x_bf16) {
   const auto* w = static_cast<const uint16_t*>(p.weight);
-  const int64_t kp = GemvPaddedK(x.k);
   const int64_t whole_steps = x.k / kGemvStep;
   const int64_t tail_len = x.k - whole_steps * kGemvStep;
-  alignas(64) uint16_t tail[kGemvStep] = {};
-  float sums[kM];
-  for (int64_t n = row_begin; n < row_end; ++n) {
-    const uint16_t* row = w + n * x.k;
+  const uint16_t* rows[kR];
+  alignas(64) uint16_t tails[kR][kGemvStep] = {};
+  for (int r = 0; r < kR; ++r) {
+    rows[r] = w + (n + r * spread) * x.k;
     // A partial last step is copied out so no load reads past the row (the weight is a mapping).
-    if (tail_len > 0) std::memcpy(tail, row + whole_steps * kGemvStep, tail_len * sizeof(uint16_t));
-    GemvRowTile<kM>(row, whole_steps, tail_len > 0 ? tail : nullptr, x_bf16, kp, sums);
-#pragma GCC unroll 2
-    for (int a = 0; a < kM; ++a) {
-      p.y[a * p.y_stride + n] = p.bias != nullptr ? sums[a] + p.bias[n] : sums[a];
+    if (tail_len > 0) {
+      std::memcpy(tails[r], rows[r] + whole_steps * kGemvStep, tail_len * sizeof(uint16_t));
     }
+  }
+  float sums[kR];
+  GemvTile<kR>(rows, whole_steps, tail_len > 0, tails, x_bf16, sums);
+  for (int r = 0; r < kR; ++r) {
+    const int64_t row = n + r * spread;
+    p.y[row] = p.bias != nullptr ? sums[r] + p.bias[row] : sums[r];
+  }
+}
+
+// Weight rows [row_begin, row_end) of one bf16 projection: cut into kGemvRuns equal runs read
+// side by side (a tile takes one row of each), the rows past the last whole tile one at a time.
+void GemvRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begin, int64_t row_end,
+              const uint16_t* x_bf16) {
+  const int64_t run = (row_end - row_begin) / kGemvRuns;
+  for (int64_t j = 0; j < run; ++j) {
+    GemvRowGroup<kGemvRuns>(x, p, row_begin + j, run, x_bf16);
+  }
+  for (int64_t n = row_begin + kGemvRuns * run; n < row_end; ++n) {
+    GemvRowGroup<1>(x, p, n, 1, x_bf16);
   }
 }
 
@@ -358,17 +377,15 @@ void GemvBf16DotAvx512(const GroupArgs& args, ThreadPool& pool) {
   const auto address = reinterpret_cast<uintptr_t>(args.workspace);
   auto* x_bf16 = reinterpret_cast<uint16_t*>((address + 63) / 64 * 64);
   RoundXToBf16(args.x, x_bf16);
-  // Units of 4 rows: one contiguous run per thread, cut finely enough to balance the threads.
+  // Units of 4 rows: one contiguous range per thread, cut finely enough to balance the threads.
   constexpr int64_t kUnitRows = 4;
   pool.ParallelFor(CountRowUnits(args.projections, kUnitRows),
                    [&](int64_t unit_begin, int64_t unit_end, int) {
     ForEachRowRange(args.projections, kUnitRows, unit_begin, unit_end,
                     [&](const MatmulProjection& p, int64_t row_begin, int64_t row_end) {
-                      if (args.x.m == 1) {
-                        GemvRows<1>(args.x, p, row_begin, row_end, x_bf16);
-                      } else {
-                        GemvRows<2>(args.x, p, row_begin, row_end, x_bf16);
-                      }
+                      // One stream per thread for one or two x rows; from three on, x is
+                      // reused over 4 weight rows in registers.
+                      GemvRows(args.x, p, row_begin, row_end, x_bf16);
                     });
   });
 }

@@ -50,8 +50,8 @@ size_t GemmAmxWorkspaceBytes(int64_t m, int64_t k, int num_threads, MatmulPrecis
 bool GemmBf16DotAvx512Applies(const GroupArgs& args);
 void GemmBf16DotAvx512(const GroupArgs& args, ThreadPool& pool);
 size_t GemmBf16DotAvx512WorkspaceBytes(int64_t m, int64_t k, int num_threads);
-// Its GEMV (the same file): precision kBf16, every projection bf16, m <= GemvBf16DotMaxM(). The
-// workspace holds x rounded to bf16 (GemvBf16DotAvx512WorkspaceBytes).
+// Its GEMV (the same file): precision kBf16, every projection bf16, m <= GemvBf16DotMaxM() (1).
+// The workspace holds x rounded to bf16 (GemvBf16DotAvx512WorkspaceBytes).
 int64_t GemvBf16DotMaxM();
 bool GemvBf16DotAvx512Applies(const GroupArgs& args);
 void GemvBf16DotAvx512(const GroupArgs& args, ThreadPool& pool);

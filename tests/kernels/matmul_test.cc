@@ -31,7 +31,7 @@ namespace {
 // - f32-exact paths (scalar/AVX2/AVX-512 GEMV and GEMM, AMX split-bf16): products are exact (or,
 //   split-bf16, within 2^-17 of exact) and both sides sum in f32 in different orders; with random
 //   signs the summation error stays far below 1e-5 of scale even at k = 2048.
-// - AMX, and AVX-512 on bf16 weights (the vdpbf16ps GEMM, and GEMV for m <= 2), with
+// - AMX, and AVX-512 on bf16 weights (the vdpbf16ps GEMM, and GEMV for m = 1), with
 //   MatmulPrecision::kBf16: x is rounded to bf16 (relative error <= 2^-9 per product), so the
 //   bound is 2^-9 of scale plus the f32 summation error: 4e-3.
 constexpr double kExactTolerance = 1e-5;
@@ -387,7 +387,7 @@ TEST(MatmulTest, ChecksIsaAndWorkspace) {
     EXPECT_EQ(status, MatmulStatus::kUnsupportedIsa);
   }
   // The GEMV paths and the scalar GEMM need no workspace; the SIMD GEMMs do, and so does the
-  // vdpbf16ps GEMV (kBf16, m <= 2) for x in bf16.
+  // vdpbf16ps GEMV (kBf16, m = 1) for x in bf16.
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
     const MatmulOptions gemv{MatmulPrecision::kHighest, MatmulPath::kGemv, isa};
     const MatmulOptions gemm{MatmulPrecision::kHighest, MatmulPath::kGemm, isa};
@@ -395,7 +395,8 @@ TEST(MatmulTest, ChecksIsaAndWorkspace) {
     EXPECT_EQ(MatmulWorkspaceBytes(64, 4096, 2, gemv), 0u);
     EXPECT_EQ(MatmulWorkspaceBytes(64, 4096, 2, bf16_gemv), 0u);
     const bool dot = isa == Isa::kAvx512 || isa == Isa::kAmx;
-    EXPECT_EQ(MatmulWorkspaceBytes(2, 4096, 2, bf16_gemv), dot ? 64u + 2 * 4096 * 2 : 0u);
+    EXPECT_EQ(MatmulWorkspaceBytes(1, 4096, 2, bf16_gemv), dot ? 64u + 4096 * 2 : 0u);
+    EXPECT_EQ(MatmulWorkspaceBytes(2, 4096, 2, bf16_gemv), 0u);
     EXPECT_EQ(MatmulWorkspaceBytes(64, 4096, 2, gemm) > 0, isa != Isa::kScalar);
   }
   if (IsaSupported(Isa::kAvx2)) {
