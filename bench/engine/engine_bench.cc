@@ -220,7 +220,8 @@ int Run(const std::vector<std::string>& args) {
   flags.Bool("kv-hadamard", &s.kv_hadamard, "low-bit KV: store K/V Hadamard-rotated");
   flags.Int("block-size", &s.block_size, "tokens per KV block (0 = 16, or 32 for low-bit KV)");
   flags.Int("repeat", &s.repeat, "runs per setting; the best is reported");
-  flags.Bool("fast-bf16-matmul", &s.fast_bf16, "single-bf16 prefill activations");
+  flags.Bool("fast-bf16-matmul", &s.fast_bf16,
+             "bf16-rounded matmul activations (prefill; one-sequence decode on AVX512-BF16)");
   flags.String("quant-activations", &s.quant_activations,
                "activations of quantized-weight decode matmuls: f32 or int8");
   flags.String("backend", &s.backend, "cpu or cuda");

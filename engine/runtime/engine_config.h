@@ -47,7 +47,8 @@ struct EngineConfig {
   int32_t max_context_len = 0;
   // Logit rows computed per LM-head call (a step with more rows uses several calls).
   int32_t max_logit_rows = 256;
-  // CPU prefill matmuls round activations to bf16 once instead of the f32-accurate default.
+  // CPU matmuls round activations to bf16 once instead of the f32-accurate default: prefill, and
+  // on AVX512-BF16 CPUs one-sequence decode too (vdpbf16ps, kernels/cpu/matmul.h).
   bool fast_bf16_matmul = false;
   // CPU decode matmuls of block-quantized weights quantize the activations to int8 blocks and use
   // integer dot products (several times faster for 4- to 6-bit weights; ~0.5-0.8 % relative

@@ -67,7 +67,8 @@ void Declare(FlagSet& f, GenerateFlags& g) {
   f.Int32("max-batch-tokens", &g.max_batch_tokens, "most tokens computed in one step");
   f.Int32("prefill-chunk", &g.prefill_chunk, "most prompt tokens per sequence and step (0 = budget)");
   f.Bool("fast-bf16-matmul", &g.fast_bf16_matmul,
-         "round prefill activations to bf16 once (faster, less exact)");
+         "round matmul activations to bf16 (prefill; one-sequence decode on AVX512-BF16 "
+         "CPUs): faster, less exact");
   f.String("quant-activations", &g.quant_activations,
            "activations of quantized-weight decode matmuls: f32 or int8 (faster, less exact)");
   f.Bool("json", &g.json, "print one JSON object instead of text");
