@@ -8,6 +8,7 @@
 // written from another thread, so pending responses meet pipelined input.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -78,13 +79,29 @@ std::string Exchange(int port, std::string_view bytes) {
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+  // libFuzzer's timer signal can interrupt any of these calls (EINTR): an interrupted connect
+  // goes on in the background, so wait for its outcome; interrupted sends and reads are retried.
+  int connected = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  if (connected != 0 && errno == EINTR) {
+    pollfd ready{fd, POLLOUT, 0};
+    int polled;
+    do {
+      polled = poll(&ready, 1, 5000);
+    } while (polled < 0 && errno == EINTR);
+    int error = polled == 1 ? 0 : ETIMEDOUT;
+    socklen_t length = sizeof(error);
+    if (polled == 1) getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length);
+    connected = error == 0 ? 0 : -1;
+    errno = error;
+  }
+  if (connected != 0) {
     std::fprintf(stderr, "connect to the server failed: %s\n", std::strerror(errno));
     std::abort();
   }
   size_t sent = 0;
   while (sent < bytes.size()) {
     const ssize_t n = send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;  // the server may refuse early and close; that is an answer too
     sent += static_cast<size_t>(n);
   }
@@ -93,6 +110,7 @@ std::string Exchange(int port, std::string_view bytes) {
   char buffer[4096];
   while (true) {
     const ssize_t n = recv(fd, buffer, sizeof(buffer), 0);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     answer.append(buffer, static_cast<size_t>(n));
   }
