@@ -375,7 +375,7 @@ bool GemvBf16DotAvx512Applies(const GroupArgs& args) {
 
 void GemvBf16DotAvx512(const GroupArgs& args, ThreadPool& pool) {
   const auto address = reinterpret_cast<uintptr_t>(args.workspace);
-  auto* x_bf16 = reinterpret_cast<uint16_t*>((address + 63) / 64 * 64);
+  auto* x_bf16 = reinterpret_cast<uint16_t*>((address + 63) & ~uintptr_t{63});
   RoundXToBf16(args.x, x_bf16);
   // Units of 4 rows: one contiguous range per thread, cut finely enough to balance the threads.
   constexpr int64_t kUnitRows = 4;
@@ -383,8 +383,6 @@ void GemvBf16DotAvx512(const GroupArgs& args, ThreadPool& pool) {
                    [&](int64_t unit_begin, int64_t unit_end, int) {
     ForEachRowRange(args.projections, kUnitRows, unit_begin, unit_end,
                     [&](const MatmulProjection& p, int64_t row_begin, int64_t row_end) {
-                      // One stream per thread for one or two x rows; from three on, x is
-                      // reused over 4 weight rows in registers.
                       GemvRows(args.x, p, row_begin, row_end, x_bf16);
                     });
   });
