@@ -1,5 +1,5 @@
 // Decode attention item kernel compiled for AVX-512 (16 lanes; the integer dot products of
-// packed blocks use the same 256-bit code as the AVX2 build).
+// packed blocks use 256-bit vectors as in the AVX2 build, with the AVX512-VNNI dot products).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -15,5 +15,7 @@
 
 namespace loom::cpu::avx512 {
 namespace simd = ::loom::cpu::simd_avx512;
+#define LOOM_DECODE_AVX512 1
 #include "kernels/cpu/attention_decode_impl.inc"
+#undef LOOM_DECODE_AVX512
 }  // namespace loom::cpu::avx512

@@ -47,7 +47,7 @@ std::string CpuModelName() {
 CpuFeatures DetectCpuFeatures() {
   CpuFeatures f;
   f.avx2 = f.fma = f.f16c = true;
-  f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512bf16 = f.avx512fp16 = true;
+  f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512bf16 = f.avx512vnni = f.avx512fp16 = true;
   f.amx_tile = f.amx_bf16 = f.amx_int8 = f.amx_permitted = true;
   return f;
 }
@@ -79,6 +79,7 @@ CpuFeatures DetectCpuFeatures() {
     f.avx512bw = Bit(ebx, 30);
     f.avx512vl = Bit(ebx, 31);
     f.avx512fp16 = Bit(edx, 23);
+    f.avx512vnni = Bit(ecx, 11);
   }
   const bool amx_bf16 = Bit(edx, 22);
   const bool amx_tile = Bit(edx, 24);
@@ -102,7 +103,10 @@ CpuFeatures DetectCpuFeatures() {
 
 Isa MaxIsa(const CpuFeatures& f) {
   if (!(f.avx2 && f.fma && f.f16c)) return Isa::kScalar;
-  if (!(f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512bf16)) return Isa::kAvx2;
+  if (!(f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512bf16 &&
+        f.avx512vnni)) {
+    return Isa::kAvx2;
+  }
   if (!(f.amx_tile && f.amx_bf16 && f.amx_permitted)) return Isa::kAvx512;
   return Isa::kAmx;
 }
@@ -141,9 +145,16 @@ std::string DescribeCpu() {
 #endif
   out += " [";
   const std::pair<const char*, bool> flags[] = {
-      {"avx2", f.avx2},           {"fma", f.fma},           {"f16c", f.f16c},
-      {"avx512f", f.avx512f},     {"avx512bw", f.avx512bw}, {"avx512bf16", f.avx512bf16},
-      {"avx512fp16", f.avx512fp16}, {"amx-bf16", f.amx_bf16}, {"amx-int8", f.amx_int8},
+      {"avx2", f.avx2},
+      {"fma", f.fma},
+      {"f16c", f.f16c},
+      {"avx512f", f.avx512f},
+      {"avx512bw", f.avx512bw},
+      {"avx512bf16", f.avx512bf16},
+      {"avx512vnni", f.avx512vnni},
+      {"avx512fp16", f.avx512fp16},
+      {"amx-bf16", f.amx_bf16},
+      {"amx-int8", f.amx_int8},
   };
   bool first = true;
   for (const auto& [name, present] : flags) {

@@ -21,6 +21,7 @@ struct CpuFeatures {
   bool avx512vl = false;
   bool avx512dq = false;
   bool avx512bf16 = false;
+  bool avx512vnni = false;  // vpdpbusd / vpdpwssd (every AVX512_BF16 part has it)
   bool avx512fp16 = false;
   bool amx_tile = false;
   bool amx_bf16 = false;
@@ -33,7 +34,7 @@ struct CpuFeatures {
 enum class Isa : int {
   kScalar = 0,  // portable C++, no SIMD assumptions (also the reference for dispatch tests)
   kAvx2 = 1,    // AVX2 + FMA + F16C
-  kAvx512 = 2,  // AVX-512 F/BW/VL/DQ + AVX512-BF16
+  kAvx512 = 2,  // AVX-512 F/BW/VL/DQ + AVX512-BF16 + AVX512-VNNI
   kAmx = 3,     // kAvx512 + AMX-TILE + AMX-BF16
 };
 
