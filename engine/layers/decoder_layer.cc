@@ -53,6 +53,13 @@ void AttentionBlock(Ops& ops, const ModelConfig& c, const DecoderLayerWeights& w
   attn.max_blocks_per_seq = batch.max_blocks_per_seq;
   attn.tail_slots = batch.tail_slots;
   attn.tail_first_blocks = batch.tail_first_blocks;
+  if (cache.low_bit()) {
+    // A prefill chunk attends to its own keys at the tail's precision, not packed.
+    attn.fresh_k = s.k;
+    attn.fresh_v = s.v;
+    attn.fresh_k_stride = c.kv_dim();
+    attn.fresh_v_stride = c.kv_dim();
+  }
   // head_dim ** -0.5 as the reference computes it (in double, then used as an f32 scalar).
   attn.scale = static_cast<float>(std::pow(static_cast<double>(c.head_dim), -0.5));
   attn.sliding_window = c.layer_sliding_window[layer];

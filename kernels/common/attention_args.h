@@ -121,6 +121,18 @@ struct PagedAttentionArgs {
   // Low-bit formats: each sequence's first block it computed itself (kv_format.h KvBlockInTail);
   // null: all 0.
   const int32_t* tail_first_blocks = nullptr;
+  // Low-bit formats: the step's own K and V rows, as written to the cache this step (KvWriteArgs
+  // k / v: [num_tokens, num_kv_heads, head_dim], row strides fresh_k_stride / fresh_v_stride).
+  // When set, a sequence with more than one query row (a prefill chunk) reads the keys and values
+  // of its own query positions from here, rounded to bf16 as its residual tail holds them,
+  // instead of from their packed blocks: a chunk attends to itself at the precision of the tail,
+  // and only keys of earlier steps are read packed (KIVI: prefill in full precision). Sequences
+  // with one query row (decodes) read the cache as before. Null: every key from the cache.
+  // Honoured by the reference and CPU kernels; the CUDA kernels read the cache.
+  const float* fresh_k = nullptr;
+  const float* fresh_v = nullptr;
+  int64_t fresh_k_stride = 0;
+  int64_t fresh_v_stride = 0;
   float scale = 1.0f;  // multiplies q.k before the softmax
   // 0: full causal attention. w > 0: a query at position p sees keys at (p - w, p].
   int32_t sliding_window = 0;

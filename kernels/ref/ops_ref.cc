@@ -122,7 +122,17 @@ void PagedAttention(const PagedAttentionArgs& args) {
     const int32_t* blocks = args.block_tables + int64_t{s} * args.max_blocks_per_seq;
     const int32_t tail = args.tail_slots != nullptr ? args.tail_slots[s] : -1;
     const int32_t tail_first = args.tail_first_blocks != nullptr ? args.tail_first_blocks[s] : 0;
+    // A prefill chunk reads its own positions from the step's rows (attention_args.h).
+    const int32_t fresh_first =
+        cache.low_bit() && args.fresh_k != nullptr && q_end - q_begin > 1 ? seq_len - (q_end - q_begin)
+                                                                          : seq_len;
     auto load = [&](bool is_v, int32_t pos, int32_t kv_head, int32_t d) {
+      if (pos >= fresh_first) {
+        const float* rows = is_v ? args.fresh_v : args.fresh_k;
+        const int64_t stride = is_v ? args.fresh_v_stride : args.fresh_k_stride;
+        return Bf16ToF32(F32ToBf16(
+            rows[int64_t{q_begin + pos - fresh_first} * stride + int64_t{kv_head} * head_dim + d]));
+      }
       return LoadKvElement(cache, blocks, seq_len, tail, tail_first, is_v, pos, kv_head, d);
     };
     for (int32_t t = q_begin; t < q_end; ++t) {

@@ -19,6 +19,9 @@
 //   _mm512_cvtepi8_epi32     16 i8 -> i32, sign-extended
 //   _mm512_cvtepu8_epi32     16 u8 -> u32, zero-extended
 //   _mm512_cvtepi32_ps       16 i32 -> f32, rounded to nearest even (exact below 2^24)
+//   _mm512_cvtps_epi32       16 f32 -> i32, rounded to nearest even (MXCSR's default); NaN and
+//                            out-of-range lanes give the "integer indefinite" 0x80000000
+//   _mm512_cvtusepi32_epi8   16 u32 -> u8, saturated to 255
 //   _mm512_maskz_loadu_ps    16 f32 lanes, disabled lanes zero and not read
 //   _mm256_maskz_loadu_epi16 16 u16 lanes, disabled lanes zero and not read
 //   _mm512_reduce_add_ps     sum of 16 lanes, in the order of gcc's own definition
@@ -28,7 +31,9 @@
 // The reductions pair lanes exactly as gcc's <avx512fintrin.h> does (256-bit halves, 128-bit
 // halves, lanes 2 apart, lanes 1 apart), so they round as the real build does.
 //
-// AVX512-BF16 (_mm512_dpbf16_ps and its masked forms) is in SIMDe's dpbf16.h; the kernels do not
+// AVX512-VNNI (_mm256_dpbusd_epi32, _mm256_dpwssd_epi32: the decode attention's integer dots) is
+// in SIMDe's dpbusd.h and dpwssd.h. AVX512-BF16 (_mm512_dpbf16_ps and its masked forms) is in
+// SIMDe's dpbf16.h; the kernels do not
 // use AVX512-BF16 instructions today. _mm512_cvtne2ps_pbh is not in SIMDe 0.7.4 and would have to
 // be added here before a kernel uses it.
 #pragma once
@@ -36,6 +41,8 @@
 #define SIMDE_ENABLE_NATIVE_ALIASES
 #include <simde/x86/avx512.h>
 
+#include <climits>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -91,6 +98,25 @@ inline simde__m512 Mm512Cvtepi32Ps(simde__m512i a) {
   simde__m512_private r;
   for (int i = 0; i < 16; ++i) r.f32[i] = static_cast<float>(ints.i32[i]);
   return simde__m512_from_private(r);
+}
+
+// vcvtps2dq zmm, zmm.
+inline simde__m512i Mm512CvtpsEpi32(simde__m512 a) {
+  const simde__m512_private floats = simde__m512_to_private(a);
+  simde__m512i_private r;
+  for (int i = 0; i < 16; ++i) {
+    const float x = std::nearbyint(floats.f32[i]);
+    r.i32[i] = x >= -2147483648.0f && x < 2147483648.0f ? static_cast<int32_t>(x) : INT32_MIN;
+  }
+  return simde__m512i_from_private(r);
+}
+
+// vpmovusdb xmm, zmm: each lane read as unsigned, saturated to 255.
+inline simde__m128i Mm512Cvtusepi32Epi8(simde__m512i a) {
+  const simde__m512i_private ints = simde__m512i_to_private(a);
+  simde__m128i_private r;
+  for (int i = 0; i < 16; ++i) r.u8[i] = static_cast<uint8_t>(ints.u32[i] > 255u ? 255u : ints.u32[i]);
+  return simde__m128i_from_private(r);
 }
 
 // vmovups zmm{k}{z}, [mem].
@@ -154,6 +180,10 @@ inline float Mm512ReduceMaxPs(simde__m512 a) {
 #define _mm512_cvtepu8_epi32(a) ::loom::cpu::isa_emulation::Mm512Cvtepu8Epi32(a)
 #undef _mm512_cvtepi32_ps
 #define _mm512_cvtepi32_ps(a) ::loom::cpu::isa_emulation::Mm512Cvtepi32Ps(a)
+#undef _mm512_cvtps_epi32
+#define _mm512_cvtps_epi32(a) ::loom::cpu::isa_emulation::Mm512CvtpsEpi32(a)
+#undef _mm512_cvtusepi32_epi8
+#define _mm512_cvtusepi32_epi8(a) ::loom::cpu::isa_emulation::Mm512Cvtusepi32Epi8(a)
 #undef _mm512_maskz_loadu_ps
 #define _mm512_maskz_loadu_ps(k, mem) ::loom::cpu::isa_emulation::Mm512MaskzLoaduPs(k, mem)
 #undef _mm256_maskz_loadu_epi16
