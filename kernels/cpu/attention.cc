@@ -62,13 +62,16 @@ WorkspaceLayout LayoutWorkspace(const PagedAttentionArgs& args, int num_threads,
 
 }  // namespace
 
+int32_t ItemSpanBlocks(int32_t block_size) { return std::max(1, 64 / std::max(1, block_size)); }
+
 size_t ItemScratchFloats(const PagedAttentionArgs& args, int32_t rows_per_item) {
   const int32_t group = args.num_heads / args.cache.num_kv_heads;
   const size_t head_dim = args.cache.head_dim;
-  const size_t padded_block = (args.cache.block_size + 15) / 16 * 16;
+  const int32_t bs = args.cache.block_size;
+  const size_t padded_span = (ItemSpanBlocks(bs) * bs + 15) / 16 * 16;
   const size_t queries = static_cast<size_t>(rows_per_item) * group;
-  // K^T block, V block, scores, then per query: running max, running sum, accumulator.
-  const size_t floats = head_dim * padded_block + padded_block * head_dim + padded_block +
+  // K^T span, V span, scores, then per query: running max, running sum, accumulator.
+  const size_t floats = head_dim * padded_span + padded_span * head_dim + padded_span +
                         2 * queries + queries * head_dim;
   return AlignUp(floats * sizeof(float)) / sizeof(float);
 }

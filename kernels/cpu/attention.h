@@ -3,9 +3,10 @@
 //
 // Work is split into items of (sequence, KV head, tile of query rows); an item handles every
 // query head of its GQA group, so each K/V block it reads from the cache is converted to f32
-// once and reused by all of the group's heads and rows. K is transposed on conversion
-// ([head_dim, block_size]) so scores for a run of keys are plain FMAs with a broadcast query
-// element, and the softmax is the online (flash) form, so nothing of size sequence length is
+// once and reused by all of the group's heads and rows. Blocks are loaded in spans of at least
+// 64 keys (ItemSpanBlocks) and K is transposed on conversion ([head_dim, span]), so scores for a
+// run of keys are plain FMAs with a broadcast query element and the softmax bookkeeping is paid
+// once per span; the softmax is the online (flash) form, so nothing of size sequence length is
 // materialised. Threads take items from a shared counter (causal tiles differ in cost).
 // Bytes moved per item: its sequence's visible K/V blocks once.
 //
@@ -43,6 +44,8 @@ struct AttentionItem {
   int32_t row_end = 0;
 };
 size_t ItemScratchFloats(const PagedAttentionArgs& args, int32_t rows_per_item);
+// Consecutive blocks an item loads and scores together: at least 64 keys.
+int32_t ItemSpanBlocks(int32_t block_size);
 namespace avx2 {
 void AttentionItemKernel(const PagedAttentionArgs& args, const AttentionItem& item, float* scratch);
 }
