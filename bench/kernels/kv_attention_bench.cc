@@ -2,6 +2,9 @@
 //
 //   BM_Roofline        DRAM read bandwidth (bench/common/memory_bandwidth.h: 1-8 streams per
 //                      thread, best of 5) with 1 and 2 threads, measured first in the same run
+//   BM_IntDotPeak      the packed formats' compute roof: multiply-adds per second of the integer
+//                      dot instruction the selected level's kernel uses (vpdpbusd ymm with
+//                      AVX512-VNNI, vpmaddubsw ymm on AVX2), 12 independent chains per thread
 //   BM_DecodeAttention one decode step's attention for one layer: `batch` sequences of `context`
 //                      keys each, one query row per sequence, through cpu::PagedAttention (the
 //                      decode path of kernels/cpu/attention_decode.h). Shapes: SmolLM2-like (9
@@ -19,6 +22,7 @@
 // format's K group); sequence lengths are whole blocks, so no residual tail is read.
 // JSON output (--benchmark_format=json) carries the CPU and the commit in its context.
 #include <benchmark/benchmark.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <chrono>
@@ -84,6 +88,74 @@ void BM_Roofline(benchmark::State& state) {
                  " streams=" + std::to_string(result.best_streams_per_thread));
 }
 BENCHMARK(BM_Roofline)->Arg(1)->Arg(2)->Iterations(1)->UseRealTime()->Unit(benchmark::kSecond);
+
+// 12 chains of `steps` dependent integer dot instructions (32 multiply-adds each), in named
+// registers (gcc renames an array of accumulators with a register move per chain and step);
+// the sum keeps them live.
+// vpdpbusd: the AVX-512 kernel's dot (AVX512-VNNI).
+__attribute__((target("avx2,avx512vl,avx512vnni"))) int32_t DpbusdChains(int64_t steps) {
+  const __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(-2);
+  __m256i c0 = _mm256_set1_epi32(0), c1 = _mm256_set1_epi32(1), c2 = _mm256_set1_epi32(2);
+  __m256i c3 = _mm256_set1_epi32(3), c4 = _mm256_set1_epi32(4), c5 = _mm256_set1_epi32(5);
+  __m256i c6 = _mm256_set1_epi32(6), c7 = _mm256_set1_epi32(7), c8 = _mm256_set1_epi32(8);
+  __m256i c9 = _mm256_set1_epi32(9), c10 = _mm256_set1_epi32(10), c11 = _mm256_set1_epi32(11);
+  for (int64_t s = 0; s < steps; ++s) {
+    c0 = _mm256_dpbusd_epi32(c0, a, b); c1 = _mm256_dpbusd_epi32(c1, a, b);
+    c2 = _mm256_dpbusd_epi32(c2, a, b); c3 = _mm256_dpbusd_epi32(c3, a, b);
+    c4 = _mm256_dpbusd_epi32(c4, a, b); c5 = _mm256_dpbusd_epi32(c5, a, b);
+    c6 = _mm256_dpbusd_epi32(c6, a, b); c7 = _mm256_dpbusd_epi32(c7, a, b);
+    c8 = _mm256_dpbusd_epi32(c8, a, b); c9 = _mm256_dpbusd_epi32(c9, a, b);
+    c10 = _mm256_dpbusd_epi32(c10, a, b); c11 = _mm256_dpbusd_epi32(c11, a, b);
+  }
+  const __m256i x = _mm256_add_epi32(_mm256_add_epi32(c0, c1), _mm256_add_epi32(c2, c3));
+  const __m256i y = _mm256_add_epi32(_mm256_add_epi32(c4, c5), _mm256_add_epi32(c6, c7));
+  const __m256i z = _mm256_add_epi32(_mm256_add_epi32(c8, c9), _mm256_add_epi32(c10, c11));
+  return _mm256_extract_epi32(_mm256_add_epi32(x, _mm256_add_epi32(y, z)), 0);
+}
+
+// vpmaddubsw and the vpaddw that adds its pairs into the int16 sum: the AVX2 kernel's dot.
+__attribute__((target("avx2"))) int32_t MaddubsChains(int64_t steps) {
+  const __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(-2);
+  __m256i c0 = _mm256_set1_epi16(0), c1 = _mm256_set1_epi16(1), c2 = _mm256_set1_epi16(2);
+  __m256i c3 = _mm256_set1_epi16(3), c4 = _mm256_set1_epi16(4), c5 = _mm256_set1_epi16(5);
+  __m256i c6 = _mm256_set1_epi16(6), c7 = _mm256_set1_epi16(7), c8 = _mm256_set1_epi16(8);
+  __m256i c9 = _mm256_set1_epi16(9), c10 = _mm256_set1_epi16(10), c11 = _mm256_set1_epi16(11);
+  for (int64_t s = 0; s < steps; ++s) {
+    c0 = _mm256_add_epi16(c0, _mm256_maddubs_epi16(a, b)); c1 = _mm256_add_epi16(c1, _mm256_maddubs_epi16(a, b));
+    c2 = _mm256_add_epi16(c2, _mm256_maddubs_epi16(a, b)); c3 = _mm256_add_epi16(c3, _mm256_maddubs_epi16(a, b));
+    c4 = _mm256_add_epi16(c4, _mm256_maddubs_epi16(a, b)); c5 = _mm256_add_epi16(c5, _mm256_maddubs_epi16(a, b));
+    c6 = _mm256_add_epi16(c6, _mm256_maddubs_epi16(a, b)); c7 = _mm256_add_epi16(c7, _mm256_maddubs_epi16(a, b));
+    c8 = _mm256_add_epi16(c8, _mm256_maddubs_epi16(a, b)); c9 = _mm256_add_epi16(c9, _mm256_maddubs_epi16(a, b));
+    c10 = _mm256_add_epi16(c10, _mm256_maddubs_epi16(a, b)); c11 = _mm256_add_epi16(c11, _mm256_maddubs_epi16(a, b));
+  }
+  const __m256i x = _mm256_add_epi32(_mm256_add_epi32(c0, c1), _mm256_add_epi32(c2, c3));
+  const __m256i y = _mm256_add_epi32(_mm256_add_epi32(c4, c5), _mm256_add_epi32(c6, c7));
+  const __m256i z = _mm256_add_epi32(_mm256_add_epi32(c8, c9), _mm256_add_epi32(c10, c11));
+  return _mm256_extract_epi32(_mm256_add_epi32(x, _mm256_add_epi32(y, z)), 0);
+}
+
+void BM_IntDotPeak(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  const bool vnni = static_cast<int>(SelectedIsa()) >= static_cast<int>(Isa::kAvx512);
+  if (SelectedIsa() == Isa::kScalar) {
+    state.SkipWithError("no AVX2");
+    return;
+  }
+  constexpr int64_t kSteps = 1 << 22;
+  int32_t sink[2] = {};
+  const auto begin = Clock::now();
+  for (auto _ : state) {
+    Pool(threads).ParallelFor(threads, [&](int64_t t, int64_t, int) {
+      sink[t] += vnni ? DpbusdChains(kSteps) : MaddubsChains(kSteps);
+    });
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - begin).count();
+  benchmark::DoNotOptimize(sink);
+  state.counters["Gmac/s"] = 12.0 * 32 * kSteps * threads * state.iterations() / seconds / 1e9;
+  state.SetLabel(std::string(vnni ? "vpdpbusd" : "vpmaddubsw+vpaddw") +
+                 " threads=" + std::to_string(threads));
+}
+BENCHMARK(BM_IntDotPeak)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // One buffer, grown on demand and filled once, that every configuration's layers live in.
 class Arena {
