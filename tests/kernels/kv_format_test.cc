@@ -252,78 +252,6 @@ TEST(KvFormatTest, TheTailHoldsExactlyTheWindowInBf16) {
   EXPECT_TRUE(KvBlockInTail(5, len, bs, ring, 5));
 }
 
-// Relative RMS error of one decode query's attention output over `len` cached positions, the
-// format's cache against an f32 cache of the same rows.
-// With `hadamard`, the lossy cache holds the rotated rows and q and the output are rotated as
-// the decoder layer does.
-double AttentionError(DType dtype, bool per_token, int32_t len, bool hadamard = false) {
-  const int32_t kv_heads = 2, head_dim = 64, heads = 8, bs = 32;
-  const OneSequence exact = WriteSequence(DType::kF32, false, 1, len, len, kv_heads, head_dim, bs);
-  const OneSequence lossy =
-      WriteSequence(dtype, per_token, 1, len, len, kv_heads, head_dim, bs, hadamard);
-  std::mt19937 rng(3);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> q(size_t(heads) * head_dim);
-  for (float& x : q) x = normal(rng);
-  auto run = [&](const OneSequence& s) {
-    std::vector<float> out(q.size());
-    std::vector<float> qs = q;
-    if (s.view.hadamard) ref::HadamardRotate(qs.data(), heads, head_dim);
-    const int32_t query_start[2] = {0, 1};
-    const int32_t tail_slot = 1;
-    PagedAttentionArgs a;
-    a.q = qs.data();
-    a.q_stride = static_cast<int64_t>(q.size());
-    a.out = out.data();
-    a.out_stride = a.q_stride;
-    a.num_heads = heads;
-    a.cache = s.view;
-    a.num_seqs = 1;
-    a.query_start = query_start;
-    a.seq_lens = &len;
-    a.block_tables = s.table.data();
-    a.max_blocks_per_seq = static_cast<int32_t>(s.table.size());
-    a.tail_slots = &tail_slot;
-    a.scale = 0.125f;
-    ref::PagedAttention(a);
-    if (s.view.hadamard) ref::HadamardRotate(out.data(), heads, head_dim);
-    return out;
-  };
-  const std::vector<float> want = run(exact), got = run(lossy);
-  double err = 0, norm = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    err += (got[i] - want[i]) * (got[i] - want[i]);
-    norm += want[i] * want[i];
-  }
-  return std::sqrt(err / norm);
-}
-
-TEST(KvFormatTest, TheHadamardRotationCutsTheErrorOfCoarseGroups) {
-  // K with a few channels 8x the others: per-token groups lose most to them; rotated, their error
-  // falls (measured 1.5-1.7x on this synthetic K; on SmolLM2 the perplexity loss of int4 per
-  // token falls 3x, tests/golden/README.md). Per-channel groups already isolate the outlier
-  // channels; rotation must not make them worse.
-  struct Case {
-    DType dtype;
-    bool per_token;
-  };
-  for (const Case c : {Case{DType::kKvInt4, true}, Case{DType::kKvInt2, true},
-                       Case{DType::kKvInt2, false}, Case{DType::kKvInt8, true}}) {
-    const double plain = AttentionError(c.dtype, c.per_token, 1000);
-    const double rotated = AttentionError(c.dtype, c.per_token, 1000, /*hadamard=*/true);
-    std::printf("%-5s K per %-7s relative RMS error %.4f, rotated %.4f\n",
-                std::string(DTypeName(c.dtype)).c_str(), c.per_token ? "token" : "channel", plain,
-                rotated);
-    if (c.per_token) {
-      EXPECT_LT(rotated * 1.4, plain) << DTypeName(c.dtype) << " per token";
-    } else {
-      EXPECT_LT(rotated, plain * 1.05) << DTypeName(c.dtype) << " per channel";
-    }
-  }
-  // An exact cache stays exact up to rounding: the rotation changes nothing else.
-  EXPECT_LT(AttentionError(DType::kF32, false, 300, /*hadamard=*/true), 1e-5);
-}
-
 // Attention of the query rows for positions [first, len) of a sequence written by
 // WriteSequence (the last step wrote exactly those rows), by the reference and, with `isa`
 // above kScalar, by the CPU kernel. With `fresh` the chunk reads its own rows from the step.
@@ -374,6 +302,55 @@ double RelRms(const std::vector<float>& got, const std::vector<float>& want) {
     norm += want[i] * want[i];
   }
   return std::sqrt(err / norm);
+}
+
+// Relative RMS error of one decode query's attention output over `len` cached positions, the
+// format's cache against an f32 cache of the same rows.
+// With `hadamard`, the lossy cache holds the rotated rows and q and the output are rotated as
+// the decoder layer does.
+double AttentionError(DType dtype, bool per_token, int32_t len, bool hadamard = false) {
+  const int32_t kv_heads = 2, head_dim = 64, heads = 8, bs = 32;
+  const OneSequence exact = WriteSequence(DType::kF32, false, 1, len, len, kv_heads, head_dim, bs);
+  const OneSequence lossy =
+      WriteSequence(dtype, per_token, 1, len, len, kv_heads, head_dim, bs, hadamard);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> q(size_t(heads) * head_dim);
+  for (float& x : q) x = normal(rng);
+  auto run = [&](const OneSequence& s) {
+    std::vector<float> qs = q;
+    if (s.view.hadamard) ref::HadamardRotate(qs.data(), heads, head_dim);
+    std::vector<float> out = ChunkAttention(s, len - 1, len, qs, heads, /*fresh=*/false);
+    if (s.view.hadamard) ref::HadamardRotate(out.data(), heads, head_dim);
+    return out;
+  };
+  return RelRms(run(lossy), run(exact));
+}
+
+TEST(KvFormatTest, TheHadamardRotationCutsTheErrorOfCoarseGroups) {
+  // K with a few channels 8x the others: per-token groups lose most to them; rotated, their error
+  // falls (measured 1.5-1.7x on this synthetic K; on SmolLM2 the perplexity loss of int4 per
+  // token falls 3x, tests/golden/README.md). Per-channel groups already isolate the outlier
+  // channels; rotation must not make them worse.
+  struct Case {
+    DType dtype;
+    bool per_token;
+  };
+  for (const Case c : {Case{DType::kKvInt4, true}, Case{DType::kKvInt2, true},
+                       Case{DType::kKvInt2, false}, Case{DType::kKvInt8, true}}) {
+    const double plain = AttentionError(c.dtype, c.per_token, 1000);
+    const double rotated = AttentionError(c.dtype, c.per_token, 1000, /*hadamard=*/true);
+    std::printf("%-5s K per %-7s relative RMS error %.4f, rotated %.4f\n",
+                std::string(DTypeName(c.dtype)).c_str(), c.per_token ? "token" : "channel", plain,
+                rotated);
+    if (c.per_token) {
+      EXPECT_LT(rotated * 1.4, plain) << DTypeName(c.dtype) << " per token";
+    } else {
+      EXPECT_LT(rotated, plain * 1.05) << DTypeName(c.dtype) << " per channel";
+    }
+  }
+  // An exact cache stays exact up to rounding: the rotation changes nothing else.
+  EXPECT_LT(AttentionError(DType::kF32, false, 300, /*hadamard=*/true), 1e-5);
 }
 
 TEST(KvFormatTest, APrefillChunkReadsItsOwnRowsAtTheTailsPrecision) {
