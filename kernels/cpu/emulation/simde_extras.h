@@ -32,10 +32,10 @@
 // halves, lanes 2 apart, lanes 1 apart), so they round as the real build does.
 //
 // AVX512-VNNI (_mm256_dpbusd_epi32, _mm256_dpwssd_epi32: the decode attention's integer dots) is
-// in SIMDe's dpbusd.h and dpwssd.h. AVX512-BF16 (_mm512_dpbf16_ps and its masked forms) is in
-// SIMDe's dpbf16.h; the kernels do not
-// use AVX512-BF16 instructions today. _mm512_cvtne2ps_pbh is not in SIMDe 0.7.4 and would have to
-// be added here before a kernel uses it.
+// in SIMDe's dpbusd.h and dpwssd.h; AVX512-BF16's _mm512_dpbf16_ps (the bf16 GEMM and GEMV of
+// matmul_bf16dot_avx512.cc, which round to bf16 in scalar code) in its dpbf16.h.
+// _mm512_cvtne2ps_pbh is not in SIMDe 0.7.4 and would have to be added here before a kernel uses
+// it.
 #pragma once
 
 #define SIMDE_ENABLE_NATIVE_ALIASES
