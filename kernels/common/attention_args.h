@@ -133,6 +133,13 @@ struct PagedAttentionArgs {
   const float* fresh_v = nullptr;
   int64_t fresh_k_stride = 0;
   int64_t fresh_v_stride = 0;
+  // The first position sequence `seq` reads from fresh_k / fresh_v (its step row is
+  // query_start[seq] + position - FreshFirst(seq)); seq_lens[seq] when it reads none.
+  int32_t FreshFirst(int32_t seq) const {
+    const int32_t rows = query_start[seq + 1] - query_start[seq];
+    return cache.low_bit() && fresh_k != nullptr && rows > 1 ? seq_lens[seq] - rows
+                                                             : seq_lens[seq];
+  }
   float scale = 1.0f;  // multiplies q.k before the softmax
   // 0: full causal attention. w > 0: a query at position p sees keys at (p - w, p].
   int32_t sliding_window = 0;

@@ -47,7 +47,8 @@ std::string CpuModelName() {
 CpuFeatures DetectCpuFeatures() {
   CpuFeatures f;
   f.avx2 = f.fma = f.f16c = true;
-  f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512bf16 = f.avx512vnni = f.avx512fp16 = true;
+  f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = true;
+  f.avx512bf16 = f.avx512vnni = f.avx512fp16 = true;
   f.amx_tile = f.amx_bf16 = f.amx_int8 = f.amx_permitted = true;
   return f;
 }

@@ -123,9 +123,7 @@ void PagedAttention(const PagedAttentionArgs& args) {
     const int32_t tail = args.tail_slots != nullptr ? args.tail_slots[s] : -1;
     const int32_t tail_first = args.tail_first_blocks != nullptr ? args.tail_first_blocks[s] : 0;
     // A prefill chunk reads its own positions from the step's rows (attention_args.h).
-    const int32_t fresh_first =
-        cache.low_bit() && args.fresh_k != nullptr && q_end - q_begin > 1 ? seq_len - (q_end - q_begin)
-                                                                          : seq_len;
+    const int32_t fresh_first = args.FreshFirst(s);
     auto load = [&](bool is_v, int32_t pos, int32_t kv_head, int32_t d) {
       if (pos >= fresh_first) {
         const float* rows = is_v ? args.fresh_v : args.fresh_k;

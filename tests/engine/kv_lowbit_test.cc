@@ -1,9 +1,9 @@
 // Low-bit and fp8 KV caches through LocalExecutor on a golden checkpoint (qwen3_qknorm: head_dim
-// 32, 4 query heads over 2 KV heads): every format runs and stays near the bf16 cache; a
-// sequence's results do not depend on what else is in the batch; a prefix hit reads exactly the
-// packed blocks a chunked prefill stopping at the same place would have; a fork of a partial block carries the tail; the
-// residual window keeps the newest tokens in bf16; plans the tails cannot serve and formats
-// without a kernel are refused; the pool is sized from the format's bytes.
+// 32, 4 query heads over 2 KV heads): every format runs and stays near the bf16 cache; a sequence's
+// results do not depend on what else is in the batch; a prefix hit reads exactly the packed blocks
+// a chunked prefill stopping at the same place would have; a fork of a partial block carries the
+// tail; the residual window keeps the newest tokens in bf16; plans the tails cannot serve and
+// formats without a kernel are refused; the pool is sized from the format's bytes.
 #include <cmath>
 #include <map>
 #include <memory>

@@ -62,13 +62,13 @@ struct Variant {
 // change, mean KL):
 //   f16 +0.005 % 0.00014, fp8 +1.8 % 0.037,
 //   int8 per channel +0.016 % 0.00021, per token +0.020 % 0.00022,
-//   int4 per channel +0.33 % 0.0055, per token +0.84 % 0.0080,
-//   int2 per channel +5.0 % 0.077, per token +27.8 % 0.278;
+//   int4 per channel +0.42 % 0.0054, per token +0.81 % 0.0079,
+//   int2 per channel +5.2 % 0.077, per token +26.5 % 0.272;
 // decode:
 //   f16 -0.07 % 0.00011, fp8 +3.0 % 0.036,
 //   int8 per channel -0.17 % 0.00023, per token -0.23 % 0.00024,
-//   int4 per channel -0.42 % 0.0077, per token -0.28 % 0.0078,
-//   int2 per channel +5.7 % 0.114, per token +14.3 % 0.143.
+//   int4 per channel -0.32 % 0.0074, per token -0.42 % 0.0078,
+//   int2 per channel +5.7 % 0.116, per token +14.3 % 0.144.
 // The decode positions all lie past 512 tokens, where int2 leaves its bf16 window: its KL per
 // position is above its prefill mean, whose first 512 positions see bf16 keys only. fp8 moves
 // the decode positions by about 3 % (the format, not the decode kernel), so its decode gate is

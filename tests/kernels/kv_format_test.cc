@@ -390,7 +390,8 @@ TEST(KvFormatTest, APrefillChunkReadsItsOwnRowsAtTheTailsPrecision) {
     for (cpu::Isa isa : {cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
       if (cpu::SelectedIsa() < isa) continue;
       for (int threads : {1, 3}) {
-        const std::vector<float> got = ChunkAttention(lowbit, 60, 100, q, heads, true, isa, threads);
+        const std::vector<float> got =
+            ChunkAttention(lowbit, 60, 100, q, heads, true, isa, threads);
         EXPECT_LT(RelRms(got, want), 1e-6) << cpu::IsaName(isa) << " threads " << threads;
       }
     }

@@ -115,7 +115,9 @@ inline simde__m512i Mm512CvtpsEpi32(simde__m512 a) {
 inline simde__m128i Mm512Cvtusepi32Epi8(simde__m512i a) {
   const simde__m512i_private ints = simde__m512i_to_private(a);
   simde__m128i_private r;
-  for (int i = 0; i < 16; ++i) r.u8[i] = static_cast<uint8_t>(ints.u32[i] > 255u ? 255u : ints.u32[i]);
+  for (int i = 0; i < 16; ++i) {
+    r.u8[i] = static_cast<uint8_t>(ints.u32[i] > 255u ? 255u : ints.u32[i]);
+  }
   return simde__m128i_from_private(r);
 }
 
