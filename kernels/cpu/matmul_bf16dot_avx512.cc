@@ -65,17 +65,53 @@ constexpr int64_t kPanel = 32;
 constexpr PanelBlocking kBlocking = {512, 256, 96};
 static_assert(kBlocking.kc % 2 == 0 && kBlocking.nc % kNr == 0 && kBlocking.mc % kPanel == 0);
 
-// Panel p of x^T as bf16 pairs: words[q * 32 + c] for pair q and token c.
+// 16 floats rounded to bf16 as F32ToBf16 rounds them (to nearest even, NaN kept quiet): 8 pair
+// words, element 2i in the low half of word i.
+inline __m256i RoundToPairs(const float* p) {
+  const __m512i bits = _mm512_castps_si512(_mm512_loadu_ps(p));
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_srli_epi32(
+      _mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+  // |bits| > the bits of +inf: NaN (both sides are non-negative, so a signed compare does).
+  const __mmask16 nan = _mm512_cmpgt_epi32_mask(
+      _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x40));
+  const __m512i halves = _mm512_mask_mov_epi32(rounded, nan, quiet);
+  // Each 64-bit lane's two bf16 into its low word, then the 8 low words packed (vpmovqd).
+  return _mm512_cvtepi64_epi32(_mm512_or_si512(halves, _mm512_srli_epi64(halves, 16)));
+}
+
+// Panel p of x^T as bf16 pairs: words[q * 32 + c] for pair q and token c. Groups of 8 tokens ×
+// 8 whole pairs are rounded 16 floats at a time and transposed in registers; the rest (tokens
+// past the last group of 8, pairs past the last group of 8, an odd k's half pair) one by one.
 void PackPairsPanel(const MatmulInput& x, int64_t p, uint32_t* words) {
   const int64_t pairs = (x.k + 1) / 2;
+  const int64_t pairs8 = x.k / 16 * 8;
+  int64_t c0 = 0;
+  for (; c0 < kPanel && p * kPanel + c0 + 8 <= x.m; c0 += 8) {
+    const float* rows = x.data + (p * kPanel + c0) * x.stride;
+    for (int64_t q = 0; q < pairs8; q += 8) {
+      __m256 r[8], out[8];
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) {
+        r[j] = _mm256_castsi256_ps(RoundToPairs(rows + j * x.stride + 2 * q));
+      }
+      Transpose8x8(r, out);
+#pragma GCC unroll 8
+      for (int t = 0; t < 8; ++t) {
+        _mm256_storeu_ps(reinterpret_cast<float*>(words + (q + t) * kPanel + c0), out[t]);
+      }
+    }
+  }
   for (int64_t c = 0; c < kPanel; ++c) {
     const int64_t i = p * kPanel + c;
+    const int64_t q_begin = c < c0 ? pairs8 : 0;
     if (i >= x.m) {
-      for (int64_t q = 0; q < pairs; ++q) words[q * kPanel + c] = 0;
+      for (int64_t q = q_begin; q < pairs; ++q) words[q * kPanel + c] = 0;
       continue;
     }
     const float* row = x.data + i * x.stride;
-    for (int64_t q = 0; q < pairs; ++q) {
+    for (int64_t q = q_begin; q < pairs; ++q) {
       const uint32_t lo = F32ToBf16(row[2 * q]);
       const uint32_t hi = 2 * q + 1 < x.k ? F32ToBf16(row[2 * q + 1]) : 0u;
       words[q * kPanel + c] = lo | (hi << 16);

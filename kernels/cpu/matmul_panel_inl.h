@@ -72,9 +72,54 @@ inline PanelWorkspace CarvePanelWorkspace(void* workspace, int64_t m, int64_t k,
   return {base, base + RoundUp(m, panel) * k, b.nc * b.kc, b.nc * b.mc};
 }
 
-// Panel p of x^T: xt[kk * panel + c] = x[p * panel + c, kk], zero for tokens past m.
+// Eight vectors of eight floats transposed: lane j of out[t] is lane t of r[j]. Pairs of rows
+// interleaved, then quads, then the 128-bit halves exchanged (24 shuffles).
+inline void Transpose8x8(const __m256 (&r)[8], __m256 (&out)[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  out[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+  out[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+  out[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+  out[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+  out[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+  out[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+  out[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+  out[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+// dst[t * dst_stride + j] = src[j * src_stride + t] for t, j < 8 (32-bit elements, any bits).
+inline void TransposeCopy8x8(const float* src, int64_t src_stride, float* dst,
+                             int64_t dst_stride) {
+  __m256 r[8], out[8];
+#pragma GCC unroll 8
+  for (int j = 0; j < 8; ++j) r[j] = _mm256_loadu_ps(src + j * src_stride);
+  Transpose8x8(r, out);
+#pragma GCC unroll 8
+  for (int t = 0; t < 8; ++t) _mm256_storeu_ps(dst + t * dst_stride, out[t]);
+}
+
+// Panel p of x^T: xt[kk * panel + c] = x[p * panel + c, kk], zero for tokens past m. Whole
+// groups of 8 tokens × 8 of k are transposed in registers (panel is a multiple of 8).
 inline void PackXPanel(const MatmulInput& x, int64_t p, int64_t panel, float* xt) {
-  for (int64_t c = 0; c < panel; ++c) {
+  const int64_t k8 = x.k / 8 * 8;
+  int64_t c0 = 0;
+  for (; c0 < panel && p * panel + c0 + 8 <= x.m; c0 += 8) {
+    const float* rows = x.data + (p * panel + c0) * x.stride;
+    for (int64_t kk = 0; kk < k8; kk += 8) {
+      TransposeCopy8x8(rows + kk, x.stride, xt + kk * panel + c0, panel);
+    }
+    for (int64_t c = c0; c < c0 + 8; ++c) {
+      const float* row = x.data + (p * panel + c) * x.stride;
+      for (int64_t kk = k8; kk < x.k; ++kk) xt[kk * panel + c] = row[kk];
+    }
+  }
+  for (int64_t c = c0; c < panel; ++c) {
     const int64_t i = p * panel + c;
     if (i >= x.m) {
       for (int64_t kk = 0; kk < x.k; ++kk) xt[kk * panel + c] = 0.0f;
@@ -170,13 +215,35 @@ void PanelTile(const float* xt, int64_t panel, const float* w, int64_t kc, int64
   }
 }
 
+// y[t * y_stride + j] = acc[j * ld + t] (+ bias[j]) for an 8 × 8 tile: eight accumulator rows
+// (weight rows) of eight tokens, so each token's eight outputs leave as one 32-byte store. The
+// sums are the scalar write-out's, bit for bit.
+inline void WriteTile8x8(const float* acc, int64_t ld, const float* bias, float* y,
+                         int64_t y_stride) {
+  __m256 r[8], out[8];
+#pragma GCC unroll 8
+  for (int j = 0; j < 8; ++j) r[j] = _mm256_loadu_ps(acc + j * ld);
+  Transpose8x8(r, out);
+  const __m256 b = bias != nullptr ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();
+#pragma GCC unroll 8
+  for (int t = 0; t < 8; ++t) _mm256_storeu_ps(y + t * y_stride, _mm256_add_ps(out[t], b));
+}
+
 // y[i, n0 + r] = acc[r][i - m0] (+ bias) for the block's rows and tokens, 8 tokens at a time so
-// both the accumulator rows and the 8 rows of y being written stay in L1.
+// both the accumulator rows and the 8 rows of y being written stay in L1: whole 8 × 8 tiles
+// transposed in registers, the edges one value at a time.
 inline void WriteBlock(const MatmulProjection& p, int64_t n0, int64_t rows, int64_t m0, int64_t m1,
                        const float* acc, int64_t ld) {
   for (int64_t i0 = m0; i0 < m1; i0 += 8) {
     const int64_t i1 = MinOf(m1, i0 + 8);
-    for (int64_t r = 0; r < rows; ++r) {
+    int64_t r = 0;
+    if (i1 - i0 == 8) {
+      for (; r + 8 <= rows; r += 8) {
+        WriteTile8x8(acc + r * ld + (i0 - m0), ld, p.bias != nullptr ? p.bias + n0 + r : nullptr,
+                     p.y + i0 * p.y_stride + n0 + r, p.y_stride);
+      }
+    }
+    for (; r < rows; ++r) {
       const float bias = p.bias != nullptr ? p.bias[n0 + r] : 0.0f;
       for (int64_t i = i0; i < i1; ++i)
         p.y[i * p.y_stride + n0 + r] = acc[r * ld + (i - m0)] + bias;

@@ -68,6 +68,15 @@ inline float ReduceMax(Vec v) {
   lo = _mm_max_ss(lo, _mm_movehdup_ps(lo));
   return _mm_cvtss_f32(lo);
 }
+// v where base + lane lies in [lo, hi], else `outside`.
+inline Vec KeepRange(Vec v, int32_t base, int32_t lo, int32_t hi, float outside) {
+  const __m256i index =
+      _mm256_add_epi32(_mm256_set1_epi32(base), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m256i outside_mask =
+      _mm256_or_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(lo), index),
+                      _mm256_cmpgt_epi32(index, _mm256_set1_epi32(hi)));
+  return _mm256_blendv_ps(v, _mm256_set1_ps(outside), _mm256_castsi256_ps(outside_mask));
+}
 
 // e^x for f32 lanes: range reduction x = n ln2 + r, |r| <= ln2 / 2, a degree-6 polynomial for
 // e^r, then scaling by 2^n. Relative error below 2e-7 over the normal range; inputs below

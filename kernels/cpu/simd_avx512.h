@@ -65,6 +65,15 @@ inline Vec Max(Vec a, Vec b) { return _mm512_max_ps(a, b); }
 inline Vec Fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }  // a * b + c
 inline float ReduceAdd(Vec v) { return _mm512_reduce_add_ps(v); }
 inline float ReduceMax(Vec v) { return _mm512_reduce_max_ps(v); }
+// v where base + lane lies in [lo, hi], else `outside`.
+inline Vec KeepRange(Vec v, int32_t base, int32_t lo, int32_t hi, float outside) {
+  const __m512i index =
+      _mm512_add_epi32(_mm512_set1_epi32(base),
+                       _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  const __mmask16 inside = _mm512_cmpge_epi32_mask(index, _mm512_set1_epi32(lo)) &
+                           _mm512_cmple_epi32_mask(index, _mm512_set1_epi32(hi));
+  return _mm512_mask_mov_ps(_mm512_set1_ps(outside), inside, v);
+}
 
 // e^x, the same method and accuracy as simd_avx2::Exp (relative error below 2e-7).
 inline Vec Exp(Vec x) {
