@@ -176,7 +176,10 @@ int Run(const std::vector<std::string>& args) {
   ctx.model_id = config.served_model_name.empty() ? ctx.model.name : config.served_model_name;
   ctx.now_ms = SteadyMs;
   LoadText(engine_config->model_dir, ctx);
-  MetricsOptions metrics_options{ctx.model_id, config.metrics_compat == "vllm", ctx.model.max_context_len};
+  MetricsOptions metrics_options;
+  metrics_options.model_name = ctx.model_id;
+  metrics_options.vllm_compat = config.metrics_compat == "vllm";
+  metrics_options.max_model_len = ctx.model.max_context_len;
   metrics_options.kv_cache_dtype = std::string(DTypeName(ctx.capacity.kv_dtype));
   metrics_options.kv_capacity_tokens = int64_t{ctx.capacity.num_blocks} * ctx.capacity.block_size;
   metrics_options.kv_bytes_per_token =
