@@ -70,8 +70,10 @@ size_t ItemScratchFloats(const PagedAttentionArgs& args, int32_t rows_per_item) 
   const int32_t bs = args.cache.block_size;
   const size_t padded_span = (ItemSpanBlocks(bs) * bs + 15) / 16 * 16;
   const size_t queries = static_cast<size_t>(rows_per_item) * group;
-  // K^T span, V span, scores, then per query: running max, running sum, accumulator.
-  const size_t floats = head_dim * padded_span + padded_span * head_dim + padded_span +
+  // K^T span, V span, scores of the queries run together, then per query: running max, running
+  // sum, accumulator.
+  const size_t floats = head_dim * padded_span + padded_span * head_dim +
+                        kItemQueriesAtOnce * padded_span +
                         2 * queries + queries * head_dim;
   return AlignUp(floats * sizeof(float)) / sizeof(float);
 }

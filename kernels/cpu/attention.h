@@ -43,6 +43,9 @@ struct AttentionItem {
   int32_t row_begin = 0;  // query rows [row_begin, row_end) of the batch
   int32_t row_end = 0;
 };
+// Queries (heads of one kv head and row) an item kernel runs together at most; its scratch holds
+// their scores.
+constexpr int32_t kItemQueriesAtOnce = 4;
 size_t ItemScratchFloats(const PagedAttentionArgs& args, int32_t rows_per_item);
 // Consecutive blocks an item loads and scores together: at least 64 keys.
 int32_t ItemSpanBlocks(int32_t block_size);
