@@ -130,7 +130,9 @@ TEST(KvFormatTest, Fp8E4M3RoundTripsEveryCodeAndRoundsToNearestEven) {
     const float y = Fp8E4M3ToF32(F32ToFp8E4M3(x));
     const float step = std::max(std::ldexp(1.0f, std::ilogb(std::max(std::fabs(x), 1.0f / 64)) - 3),
                                 1.0f / 512);
-    if (std::fabs(x) <= 448.0f) EXPECT_LE(std::fabs(y - x), step / 2 * 1.0001f) << x;
+    if (std::fabs(x) <= 448.0f) {
+      EXPECT_LE(std::fabs(y - x), step / 2 * 1.0001f) << x;
+    }
   }
 }
 

@@ -191,7 +191,8 @@ TEST_P(AttentionTest, MatchesReference) {
   }
   const auto k_rows = RandomFloats(slots.size() * kv_dim, rng);
   const auto v_rows = RandomFloats(slots.size() * kv_dim, rng);
-  KvWriteArgs write{k_rows.data(), v_rows.data(), kv_dim, kv_dim, int32_t(slots.size()), slots.data(), cache};
+  KvWriteArgs write{k_rows.data(), v_rows.data(), kv_dim, kv_dim, int32_t(slots.size()),
+                    slots.data(), cache, KvBatchLayout{}};
   cpu::ThreadPool pool(threads);
   cpu::WriteKv(pool, write);
   std::vector<uint8_t> k_ref(k_store.size()), v_ref(v_store.size());
