@@ -16,6 +16,7 @@
 
 #include "kernels/common/dtype.h"
 #include "kernels/cuda/device.h"
+#include "tests/kernels/kernel_test_util.h"
 
 namespace loom::gpu_test {
 
@@ -79,18 +80,6 @@ inline std::vector<uint8_t> AsDType(const std::vector<float>& values, DType dtyp
   return out;
 }
 
-// Largest |got - want| relative to max(1, max |want|): the error measure of every per-op
-// tolerance in these tests. A NaN where the reference has none, or a size mismatch, is infinite.
-inline float MaxRelDiff(const std::vector<float>& got, const std::vector<float>& want) {
-  if (got.size() != want.size()) return INFINITY;
-  float max_diff = 0.0f, max_ref = 1.0f;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const float diff = std::fabs(got[i] - want[i]);
-    if (std::isnan(diff)) return INFINITY;
-    max_diff = std::max(max_diff, diff);
-    max_ref = std::max(max_ref, std::fabs(want[i]));
-  }
-  return max_diff / max_ref;
-}
+using ::loom::test::MaxRelDiff;
 
 }  // namespace loom::gpu_test

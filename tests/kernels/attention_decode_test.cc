@@ -18,6 +18,7 @@
 #include "kernels/cpu/attention_decode.h"
 #include "kernels/ref/kv_quant_ref.h"
 #include "kernels/ref/ops_ref.h"
+#include "tests/kernels/kernel_test_util.h"
 
 namespace loom {
 namespace {
@@ -48,15 +49,7 @@ std::vector<float> RandomFloats(size_t n, std::mt19937& rng) {
   return out;
 }
 
-// Largest |a - b| relative to max(1, max |b|).
-float MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  float max_diff = 0.0f, max_ref = 1.0f;
-  for (size_t i = 0; i < a.size(); ++i) {
-    max_diff = std::max(max_diff, std::fabs(a[i] - b[i]));
-    max_ref = std::max(max_ref, std::fabs(b[i]));
-  }
-  return max_diff / max_ref;
-}
+using test::MaxRelDiff;
 
 // A paged cache holding every position of every sequence, written by the reference.
 struct TestCache {

@@ -13,6 +13,7 @@
 #include "kernels/cpu/elementwise.h"
 #include "kernels/ref/ops_ref.h"
 #include "kernels/ref/quant_ref.h"
+#include "tests/kernels/kernel_test_util.h"
 
 namespace loom {
 namespace {
@@ -32,14 +33,7 @@ std::vector<uint8_t> AsDType(const std::vector<float>& values, DType dtype) {
 }
 
 // Largest |a - b| relative to max(1, max |b|).
-float MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  float max_diff = 0.0f, max_ref = 1.0f;
-  for (size_t i = 0; i < a.size(); ++i) {
-    max_diff = std::max(max_diff, std::fabs(a[i] - b[i]));
-    max_ref = std::max(max_ref, std::fabs(b[i]));
-  }
-  return max_diff / max_ref;
-}
+using test::MaxRelDiff;
 
 class ElementwiseTest : public ::testing::TestWithParam<int> {};
 
@@ -242,6 +236,7 @@ const AttentionCase kAttentionCases[] = {
     {4, 2, 16, 16, 16, DType::kF32, {{0, 48}, {60, 1}, {20, 9}}},      // sliding window
     {4, 2, 32, 1, 7, DType::kBF16, {{30, 3}, {0, 12}}},                // block size 1 + window
     {32, 4, 64, 16, 0, DType::kBF16, {{0, 130}, {300, 1}, {301, 1}}},  // 1B-Llama heads
+    {12, 2, 64, 16, 0, DType::kBF16, {{0, 40}, {90, 1}, {17, 9}}},    // groups of 6: 4 + 2
 };
 
 // Stable, readable names: heads, KV heads, head_dim, block size, window, cache dtype, sequences
