@@ -164,8 +164,13 @@ nlohmann::json RunOne(const RunSettings& s, int threads, int batch, double bandw
       best.prefill_ms = std::min(best.prefill_ms, stats.prefill_ms);
     }
   }
-  // A decode step reads every matrix once (the embedding table only when it is the tied LM head).
-  const int64_t decode_bytes = info.decode_weight_bytes;
+  // A decode step reads every matrix once (the embedding table only when it is the tied LM head)
+  // and the KV cache of every sequence: prompt_len + gen_len / 2 keys on average over the steps.
+  const double kv_bytes_per_token = static_cast<double>(cap.bytes_per_block) / cap.block_size;
+  const auto decode_kv_bytes = static_cast<int64_t>(
+      batch * (static_cast<double>(s.prompt_len) + 0.5 * static_cast<double>(s.gen_len)) *
+      kv_bytes_per_token);
+  const int64_t decode_bytes = info.decode_weight_bytes + decode_kv_bytes;
   const double decode_steps = static_cast<double>(best.decode_tokens) / batch;
   const double step_ms = decode_steps > 0 ? best.decode_ms / decode_steps : 0;
   const double decode_tps = best.decode_ms > 0 ? best.decode_tokens * 1000.0 / best.decode_ms : 0;
@@ -193,6 +198,7 @@ nlohmann::json RunOne(const RunSettings& s, int threads, int batch, double bandw
           {"decode_step_ms", step_ms},
           {"decode_tokens_per_s", decode_tps},
           {"decode_bytes_per_step", decode_bytes},
+          {"decode_kv_bytes_per_step", decode_kv_bytes},
           {"decode_effective_gb_per_s", effective_gbps},
           {"decode_roofline_tokens_per_s", roofline_tps},
           {"decode_fraction_of_roofline", roofline_tps > 0 ? decode_tps / roofline_tps : 0},
@@ -200,7 +206,7 @@ nlohmann::json RunOne(const RunSettings& s, int threads, int batch, double bandw
           // bf16 residual tail each sequence holds besides (low-bit formats).
           {"kv_cache_dtype", std::string(DTypeName(cap.kv_dtype))},
           {"kv_block_size", cap.block_size},
-          {"kv_bytes_per_token", static_cast<double>(cap.bytes_per_block) / cap.block_size},
+          {"kv_bytes_per_token", kv_bytes_per_token},
           {"kv_tokens_per_gib",
            static_cast<double>(int64_t{1} << 30) * cap.block_size / cap.bytes_per_block},
           {"kv_tail_bytes_per_seq", cap.tail_bytes / std::max(cap.max_num_seqs, 1)}};

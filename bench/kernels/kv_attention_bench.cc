@@ -19,7 +19,8 @@
 // fp8, and codes with small f16 scales/zeros), because speed does not depend on the values. Small
 // configurations cycle through as many copies of the layer as make 256 MiB, so the caches cannot
 // serve them; block tables are shuffled, as a long-running pool's are. Block size 64 (a low-bit
-// format's K group); sequence lengths are whole blocks, so no residual tail is read.
+// format's K group), and in a second set the engine's default (16 tokens; 32 for low-bit
+// formats); sequence lengths are whole blocks, so no residual tail is read.
 // JSON output (--benchmark_format=json) carries the CPU and the commit in its context.
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
@@ -195,13 +196,13 @@ Arena& TheArena() {
 }
 
 // Bytes of one (block, KV head) of K, and of V.
-int64_t HeadBlockBytes(const Shape& shape, const Format& format, bool is_v) {
+int64_t HeadBlockBytes(const Shape& shape, const Format& format, int32_t block_size, bool is_v) {
   if (IsLowBitKvDType(format.dtype)) {
-    const KvPackedLayout layout{TraitsOf(format.dtype).kv_code_bits, kBlockSize, shape.head_dim,
+    const KvPackedLayout layout{TraitsOf(format.dtype).kv_code_bits, block_size, shape.head_dim,
                                 format.k_per_token};
     return is_v ? layout.v_head_bytes() : layout.k_head_bytes();
   }
-  return int64_t{kBlockSize} * shape.head_dim * static_cast<int64_t>(DTypeSize(format.dtype));
+  return int64_t{block_size} * shape.head_dim * static_cast<int64_t>(DTypeSize(format.dtype));
 }
 
 std::string CommandOutput(const std::string& command) {
@@ -215,21 +216,22 @@ std::string CommandOutput(const std::string& command) {
   return out;
 }
 
-// Args: shape, context, batch, threads, format.
+// Args: shape, context, batch, threads, format, block size.
 void BM_DecodeAttention(benchmark::State& state) {
   const Shape& shape = kShapes[state.range(0)];
   const int32_t context = static_cast<int32_t>(state.range(1));
   const int32_t batch = static_cast<int32_t>(state.range(2));
   const int threads = static_cast<int>(state.range(3));
   const Format& format = kFormats[state.range(4)];
+  const int32_t block_size = static_cast<int32_t>(state.range(5));
 
-  const int32_t blocks_per_seq = context / kBlockSize;
+  const int32_t blocks_per_seq = context / block_size;
   const int32_t blocks_per_layer = blocks_per_seq * batch;
   const int64_t k_region_bytes =
-      int64_t{blocks_per_layer} * shape.num_kv_heads * HeadBlockBytes(shape, format, false);
+      int64_t{blocks_per_layer} * shape.num_kv_heads * HeadBlockBytes(shape, format, block_size, false);
   const int64_t layer_bytes =
       k_region_bytes +
-      int64_t{blocks_per_layer} * shape.num_kv_heads * HeadBlockBytes(shape, format, true);
+      int64_t{blocks_per_layer} * shape.num_kv_heads * HeadBlockBytes(shape, format, block_size, true);
   const int32_t num_layers =
       static_cast<int32_t>(std::max<int64_t>(1, (kMinSweepBytes + layer_bytes - 1) / layer_bytes));
   uint8_t* arena = TheArena().Get(layer_bytes * num_layers);
@@ -241,7 +243,7 @@ void BM_DecodeAttention(benchmark::State& state) {
   std::vector<int32_t> query_start(batch + 1), seq_lens(batch, context), tail_slots(batch);
   for (int32_t s = 0; s <= batch; ++s) query_start[s] = s;
   for (int32_t s = 0; s < batch; ++s) tail_slots[s] = s;
-  std::vector<uint16_t> tails(size_t(batch) * shape.num_kv_heads * kBlockSize * shape.head_dim,
+  std::vector<uint16_t> tails(size_t(batch) * shape.num_kv_heads * block_size * shape.head_dim,
                               0x3c00);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   const int64_t q_stride = int64_t{shape.num_heads} * shape.head_dim;
@@ -257,7 +259,7 @@ void BM_DecodeAttention(benchmark::State& state) {
   args.cache.dtype = format.dtype;
   args.cache.num_blocks = blocks_per_layer;
   args.cache.num_kv_heads = shape.num_kv_heads;
-  args.cache.block_size = kBlockSize;
+  args.cache.block_size = block_size;
   args.cache.head_dim = shape.head_dim;
   args.cache.k_per_token = format.k_per_token;
   args.cache.tail_k = tails.data();
@@ -299,6 +301,7 @@ void BM_DecodeAttention(benchmark::State& state) {
   state.counters["bytes"] = static_cast<double>(layer_bytes);
   state.counters["GB/s"] = gb_per_s;
   if (g_roof_gb_per_s[threads] > 0) state.counters["roof"] = gb_per_s / g_roof_gb_per_s[threads];
+  // bf16 of the same set ran last: at 64 for the first set, at 16 for the engine's defaults.
   const auto key = std::make_tuple(state.range(0), state.range(1), state.range(2), state.range(3));
   if (format.dtype == DType::kBF16 && !format.k_per_token) g_bf16_seconds[key] = seconds;
   if (auto it = g_bf16_seconds.find(key); it != g_bf16_seconds.end()) {
@@ -306,17 +309,29 @@ void BM_DecodeAttention(benchmark::State& state) {
   }
   state.SetLabel(std::string(shape.name) + " " + format.name + " ctx=" + std::to_string(context) +
                  " batch=" + std::to_string(batch) + " threads=" + std::to_string(threads) +
-                 " layers=" + std::to_string(num_layers));
+                 " block=" + std::to_string(block_size) + " layers=" + std::to_string(num_layers));
 }
 BENCHMARK(BM_DecodeAttention)
     ->ArgsProduct({{0, 1}, {1024, 2048, 4096, 8192, 16384, 32768}, {1, 8}, {1, 2},
-                   {0, 1, 2, 3, 4, 5}})
+                   {0, 1, 2, 3, 4, 5}, {kBlockSize}})
+    ->UseRealTime()
+    ->MinTime(0.2)
+    ->Unit(benchmark::kMillisecond);
+// The engine's default block sizes: 16 tokens for the element formats (bf16 first: vs_bf16 of the
+// low-bit formats compares with bf16 at 16), 32 for the low-bit ones.
+BENCHMARK(BM_DecodeAttention)
+    ->ArgsProduct({{0, 1}, {4096, 32768}, {1, 8}, {1, 2}, {0, 1}, {16}})
+    ->UseRealTime()
+    ->MinTime(0.2)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DecodeAttention)
+    ->ArgsProduct({{0, 1}, {4096, 32768}, {1, 8}, {1, 2}, {2, 3, 4, 5}, {32}})
     ->UseRealTime()
     ->MinTime(0.2)
     ->Unit(benchmark::kMillisecond);
 // 128K context, one sequence (the Llama shape's bf16 layer is 512 MiB).
 BENCHMARK(BM_DecodeAttention)
-    ->ArgsProduct({{0, 1}, {131072}, {1}, {1, 2}, {0, 1, 2, 3, 4, 5}})
+    ->ArgsProduct({{0, 1}, {131072}, {1}, {1, 2}, {0, 1, 2, 3, 4, 5}, {kBlockSize}})
     ->UseRealTime()
     ->MinTime(0.2)
     ->Unit(benchmark::kMillisecond);
