@@ -227,11 +227,10 @@ void BM_DecodeAttention(benchmark::State& state) {
 
   const int32_t blocks_per_seq = context / block_size;
   const int32_t blocks_per_layer = blocks_per_seq * batch;
-  const int64_t k_region_bytes =
-      int64_t{blocks_per_layer} * shape.num_kv_heads * HeadBlockBytes(shape, format, block_size, false);
+  const int64_t head_blocks = int64_t{blocks_per_layer} * shape.num_kv_heads;
+  const int64_t k_region_bytes = head_blocks * HeadBlockBytes(shape, format, block_size, false);
   const int64_t layer_bytes =
-      k_region_bytes +
-      int64_t{blocks_per_layer} * shape.num_kv_heads * HeadBlockBytes(shape, format, block_size, true);
+      k_region_bytes + head_blocks * HeadBlockBytes(shape, format, block_size, true);
   const int32_t num_layers =
       static_cast<int32_t>(std::max<int64_t>(1, (kMinSweepBytes + layer_bytes - 1) / layer_bytes));
   uint8_t* arena = TheArena().Get(layer_bytes * num_layers);
