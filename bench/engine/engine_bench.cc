@@ -165,7 +165,8 @@ nlohmann::json RunOne(const RunSettings& s, int threads, int batch, double bandw
     }
   }
   // A decode step reads every matrix once (the embedding table only when it is the tied LM head)
-  // and the KV cache of every sequence: prompt_len + gen_len / 2 keys on average over the steps.
+  // and the KV cache of every sequence: prompt_len + gen_len / 2 keys on average over the steps,
+  // each at the format's bytes per token (a low-bit format's bf16 window counts as packed).
   const double kv_bytes_per_token = static_cast<double>(cap.bytes_per_block) / cap.block_size;
   const auto decode_kv_bytes = static_cast<int64_t>(
       batch * (static_cast<double>(s.prompt_len) + 0.5 * static_cast<double>(s.gen_len)) *
