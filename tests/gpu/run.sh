@@ -232,7 +232,7 @@ run_profile() {
     return
   fi
   log "ncu: batch-1 decode, 16 new tokens"
-  "$ncu" --graph-profiling node --metrics gpu__time_duration.sum --csv \
+  "$ncu" --clock-control none --graph-profiling node --metrics gpu__time_duration.sum --csv \
     --log-file "$out/ncu-decode.csv" "$bench" run --model "$model" --backend cuda --batch 1 \
     --prompt-len 128 --gen-len 16 --repeat 1 --out "$out/profiled-engine.json" ||
     log "the profiled run failed with status $?"

@@ -11,6 +11,7 @@
 #include "engine/common/logging.h"
 #include "kernels/cuda/activation.h"
 #include "kernels/cuda/convert.h"
+#include "kernels/cuda/dense_gemv.h"
 #include "kernels/cuda/decode_attention.h"
 #include "kernels/cuda/decode_attention_kv.h"
 #include "kernels/cuda/embedding.h"
@@ -138,9 +139,9 @@ void CudaOps::Add(float* residual, const float* delta, int64_t num_elements) {
   LOOM_CUDA_RECORD(cuda::Add(residual, delta, num_elements, stream_));
 }
 
-// Each output by its weight's format: 16-bit and f32 weights through cuBLAS; quantized ones
-// through the GEMV kernel for decode-sized batches, else tile by tile of rows dequantized to bf16
-// and cuBLAS; any other dtype is refused (a recorded error, never a wrong result).
+// Each output by its weight's format: decode-sized batches through the GEMV kernels (dense or
+// quantized weights); larger ones through cuBLAS, quantized weights tile by tile of rows
+// dequantized to bf16; any other dtype is refused (a recorded error, never a wrong result).
 void CudaOps::Linear(const float* x, int64_t x_stride, int32_t num_rows,
                      std::span<const LinearOutput> outputs) {
   if (num_rows == 0) return;
@@ -150,6 +151,14 @@ void CudaOps::Linear(const float* x, int64_t x_stride, int32_t num_rows,
   DType converted = DType::kF32;  // the type act16_ holds for this call (f32: none yet)
   for (const LinearOutput& output : outputs) {
     const WeightView& w = output.weight->weight;
+    if (IsFloatDType(w.dtype) && num_rows <= cuda::kDenseGemvMaxRows) {
+      // The bias is added by the kernel; x stays f32.
+      LOOM_CUDA_RECORD(cuda::DenseGemv(x, x_stride, num_rows, w.data, w.dtype,
+                                       static_cast<int32_t>(w.rows), static_cast<int32_t>(w.cols),
+                                       output.weight->bias, output.out, output.out_stride,
+                                       stream_));
+      continue;
+    }
     if (IsQuantizedDType(w.dtype) && num_rows <= cuda::kQuantGemvMaxRows) {
       // The bias is added by the kernel.
       LOOM_CUDA_RECORD(cuda::QuantGemv(x, x_stride, num_rows, w.data, w.dtype,

@@ -1,6 +1,9 @@
-// Memory bandwidth of the CUDA kernels for block-quantized weights (kernels/cuda/quant_matmul.h):
-// the decode GEMV for every format at Llama-3-8B's matrix shapes, and the dequantization of a
-// weight tile to bf16 that larger batches feed to cuBLAS.
+// Memory bandwidth of the decode-sized matmuls on CUDA: the dense-weight GEMV
+// (kernels/cuda/dense_gemv.h) for bf16 and f16 weights beside what the backend used before it
+// (the input rounded to 16 bits by ConvertRows, then cublasGemmEx), and the kernels for
+// block-quantized weights (kernels/cuda/quant_matmul.h): the GEMV for every format, and the
+// dequantization of a weight tile to bf16 that larger batches feed to cuBLAS. The shapes are
+// Llama-3-8B's matrices (and the 1.1B shape's, which the engine benchmark runs).
 //
 // A decode-sized matmul reads every weight byte once and little else, so GB/s against the
 // device's copy bandwidth is its roofline. Each benchmark counts the bytes its kernel must move
@@ -21,10 +24,14 @@
 #include <string>
 #include <vector>
 
+#include <cublas_v2.h>
+
 #include "benchmark/benchmark.h"
 #include "bench/kernels/cuda_bench_buffer.h"
 #include "kernels/common/dtype.h"
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/convert.h"
+#include "kernels/cuda/dense_gemv.h"
 #include "kernels/cuda/quant_matmul.h"
 
 namespace loom {
@@ -37,6 +44,7 @@ constexpr int kMaxWeightCopies = 64;
 
 struct BenchContext {
   cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
   double copy_bytes_per_second = 0.0;
   size_t l2_bytes = 0;
 };
@@ -109,7 +117,59 @@ void BenchDequantize(benchmark::State& state, const BenchContext& ctx, DType dty
   });
 }
 
+// The same product with dense weights: the GEMV kernel, or (cublas) the input rounded to the
+// weights' type and cublasGemmEx with f32 accumulation and output, as CudaOps ran it before.
+void BenchDenseGemv(benchmark::State& state, const BenchContext& ctx, DType dtype, bool cublas) {
+  const int32_t rows = static_cast<int32_t>(state.range(0));
+  const int32_t out = static_cast<int32_t>(state.range(1));
+  const int32_t in = static_cast<int32_t>(state.range(2));
+  const size_t weight_bytes = size_t(out) * in * DTypeSize(dtype);
+  const auto weights = WeightCopies(weight_bytes, ctx);
+  DeviceBuffer x(size_t(rows) * in * 4), x16(size_t(rows) * in * 2), y(size_t(rows) * out * 4);
+  const double bytes = double(weight_bytes) + 4.0 * rows * (double(in) + out);
+  const cudaDataType type = dtype == DType::kBF16 ? CUDA_R_16BF : CUDA_R_16F;
+  TimeLaunches(state, bytes, ctx, [&](int i) {
+    const void* w = weights[i % weights.size()]->as<void>();
+    if (!cublas) {
+      return cuda::DenseGemv(x.as<float>(), in, rows, w, dtype, out, in, nullptr, y.as<float>(),
+                             out, ctx.stream);
+    }
+    const cudaError_t converted =
+        cuda::ConvertRows(x.as<float>(), in, rows, in, dtype, x16.as<void>(), ctx.stream);
+    if (converted != cudaSuccess) return converted;
+    const float alpha = 1.0f, beta = 0.0f;
+    const cublasStatus_t status = cublasGemmEx(
+        ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, &alpha, w, type, in, x16.as<void>(),
+        type, in, &beta, y.as<float>(), CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    return status == CUBLAS_STATUS_SUCCESS ? cudaGetLastError() : cudaErrorUnknown;
+  });
+}
+
 void Register(const BenchContext& ctx) {
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    for (bool cublas : {false, true}) {
+      const std::string name = std::string(cublas ? "CublasGemv/" : "DenseGemv/") +
+                               std::string(DTypeName(dtype));
+      benchmark::RegisterBenchmark(
+          name.c_str(),
+          [&ctx, dtype, cublas](benchmark::State& s) { BenchDenseGemv(s, ctx, dtype, cublas); })
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond)
+          ->ArgNames({"rows", "out", "in"})
+          ->Args({1, 256, 2048})      // 1.1B: k/v projection
+          ->Args({1, 2048, 2048})     // 1.1B: q/o projection
+          ->Args({1, 5632, 2048})     // 1.1B: gate/up projection
+          ->Args({1, 2048, 5632})     // 1.1B: down projection
+          ->Args({1, 4096, 4096})     // 8B: q/o projection
+          ->Args({1, 14336, 4096})    // 8B: gate/up projection
+          ->Args({1, 4096, 14336})    // 8B: down projection
+          ->Args({1, 128256, 4096})   // 8B: LM head
+          ->Args({2, 14336, 4096})
+          ->Args({4, 14336, 4096})
+          ->Args({8, 14336, 4096})
+          ->Args({8, 4096, 14336});
+    }
+  }
   for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ5_K,
                       DType::kQ6_K}) {
     const std::string name(DTypeName(dtype));
@@ -142,7 +202,7 @@ void Register(const BenchContext& ctx) {
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (!loom::cuda::CudaDeviceAvailable()) {
-    std::printf("cuda_quant_gemv_bench: no CUDA device; nothing to measure\n");
+    std::printf("cuda_gemv_bench: no CUDA device; nothing to measure\n");
     return 0;
   }
   loom::cuda::CudaDeviceInfo info;
@@ -152,12 +212,18 @@ int main(int argc, char** argv) {
   LOOM_CUDA_CHECK(
       loom::cuda::MeasureCopyBandwidth(size_t{1} << 30, 20, &ctx.copy_bytes_per_second));
   LOOM_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx.stream, cudaStreamNonBlocking));
+  if (cublasCreate(&ctx.cublas) != CUBLAS_STATUS_SUCCESS ||
+      cublasSetStream(ctx.cublas, ctx.stream) != CUBLAS_STATUS_SUCCESS) {
+    std::fprintf(stderr, "cuda_gemv_bench: cuBLAS could not be set up\n");
+    return 1;
+  }
   benchmark::AddCustomContext("device", info.name);
   benchmark::AddCustomContext("sm_count", std::to_string(info.sm_count));
   benchmark::AddCustomContext("copy_GBps", std::to_string(ctx.copy_bytes_per_second / 1e9));
   loom::Register(ctx);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
+  cublasDestroy(ctx.cublas);
   LOOM_CUDA_CHECK(cudaStreamDestroy(ctx.stream));
   return 0;
 }
