@@ -5,12 +5,17 @@
 //              W: [out_features, in_features] in dtype, rows contiguous
 //              y: [num_rows, out_features] f32, row stride y_stride
 //
-// Why a kernel of our own: a matmul of 1-8 rows reads every weight byte once and does a few
-// operations per byte, so its time is the weights' bytes over the memory bandwidth. cuBLAS's
-// kernels for such shapes read them at a third of the copy bandwidth on an H200 (a profile of a
-// batch-1 decode step of a 1.1B model: 1.3 ms of matmuls for 2.1 GB of weights), and the
-// tensor-core path needs x rounded to the weights' type by a kernel of its own first. Here x
-// stays f32, as on the CPU backend: products and sums are f32, no input is rounded.
+// Why a kernel of our own: a matmul of one row reads every weight byte once and does two
+// operations per element, so its time is the weights' bytes over the memory bandwidth. In a
+// profile of a batch-1 decode step of a 1.1B model on an H200, cuBLAS's kernels took 1.3 ms for
+// 2.1 GB of weights (a third of the copy bandwidth), and its tensor-core path needs x rounded to
+// the weights' type by a kernel of its own first. Here x stays f32, as on the CPU backend:
+// products and sums are f32, no input is rounded. Measured on an H200
+// (bench/kernels/cuda_gemv_bench.cc), one row reads large matrices at 0.85-1.0 of the copy
+// bandwidth and small ones in a third of cuBLAS's time. Each weight vector is multiplied with
+// every x row, whose elements come from cache, so the cost grows with the rows: at 2 rows the
+// kernel is level with cuBLAS, at 8 rows 2.2-3.5x slower. CudaOps therefore gives it one row
+// (CudaOps::kDenseGemvRows); the kernel takes up to 8 and is tested for all of them.
 //
 // Work split. A block of 128 threads owns F consecutive output features (F = 4, 2 or 1: fewer
 // for narrow outputs, so that the grid still spreads over every multiprocessor). Its threads walk

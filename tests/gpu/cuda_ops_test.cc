@@ -1,5 +1,5 @@
 // The CUDA backend's ops and memory (engine/backend/cuda) against kernels/ref: Linear through
-// the GEMV kernel (up to 8 rows) and cuBLAS for f32, bf16 and f16 weights with biases, several
+// the GEMV kernel (one row) and cuBLAS for f32, bf16 and f16 weights with biases, several
 // outputs sharing one input, strided inputs and outputs and odd sizes; the residual add; copies;
 // CUDA graph capture and replay; errors as Status. Skipped without a device.
 #include <cstring>
@@ -10,8 +10,8 @@
 
 #include "engine/api/executor.h"
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/backend/cuda/cuda_ops.h"
 #include "engine/backend/cuda/cuda_status.h"
-#include "kernels/cuda/dense_gemv.h"
 #include "kernels/ref/matmul_ref.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -84,9 +84,9 @@ TEST_F(CudaOpsTest, LinearMatchesTheReference) {
     const std::vector<float> bias_b = RandomFloats(size_t(c.out_b), rng);
     const std::vector<uint8_t> wa_bytes = AsDType(w_a, c.dtype), wb_bytes = AsDType(w_b, c.dtype);
     // The reference sees the input rounded as the backend rounds it for 16-bit weights on
-    // cuBLAS (more rows than the GEMV kernel takes; that kernel keeps x in f32).
+    // cuBLAS (more rows than the backend gives the GEMV kernel, which keeps x in f32).
     std::vector<float> x_rounded = x;
-    if (c.dtype != DType::kF32 && c.rows > cuda::kDenseGemvMaxRows) {
+    if (c.dtype != DType::kF32 && c.rows > CudaOps::kDenseGemvRows) {
       for (float& v : x_rounded) {
         uint8_t b[2];
         StoreFromF32(b, c.dtype, 0, v);

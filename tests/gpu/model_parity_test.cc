@@ -2,16 +2,18 @@
 // fixtures of tests/golden) and against the CPU backend, with and without CUDA graphs, in mixed
 // and chunked batches. Skipped without a device.
 //
-// Tolerances. Checkpoints stored in f32 multiply in f32 on cuBLAS (no TF32), so they meet the
-// fixtures' own tolerance (1e-3) up to a small factor for summation order. bf16/f16 and
-// block-quantized checkpoints multiply on the tensor cores after rounding each matmul's input
-// rows to bf16/f16 (engine/backend/cuda/cuda_ops.h): ~3 significant digits on every layer's
-// inputs, the same perturbation as a bf16 KV cache, which the CPU golden tests hold to 0.25 of a
-// logit (std ~2, max ~10 on these models). On an H100 the largest differences measured were
-// 0.10-0.15 against transformers and against the CPU backend, so the rounded tolerance is that
-// 0.25. Block-quantized checkpoints on that path also round the dequantized weights to bf16 (a
-// second rounding per matmul; q5_k measured 0.27), so theirs is 0.4. A wrong kernel moves logits
-// by whole units. Greedy tokens may flip only where the reference's top-2 margin is that small.
+// Tolerances. Checkpoints stored in f32 multiply in f32 (cuBLAS without TF32, or the GEMV
+// kernel), so they meet the fixtures' own tolerance (1e-3) up to a small factor for summation
+// order. bf16/f16 and block-quantized checkpoints multiply on the tensor cores after rounding each
+// matmul's input rows to bf16/f16 (engine/backend/cuda/cuda_ops.h; single rows of bf16/f16
+// weights and decode batches of quantized ones go to GEMV kernels that keep them f32): ~3
+// significant digits on every layer's inputs, the same perturbation as a bf16 KV cache, which
+// the CPU golden tests hold to 0.25 of a logit (std ~2, max ~10 on these models). On an H100 the
+// largest differences measured were 0.10-0.15 against transformers and against the CPU backend,
+// so the rounded tolerance is that 0.25. Block-quantized checkpoints on that path also round the
+// dequantized weights to bf16 (a second rounding per matmul; q5_k measured 0.27), so theirs is
+// 0.4. A wrong kernel moves logits by whole units. Greedy tokens may flip only where the
+// reference's top-2 margin is that small.
 //
 // Mixture-of-experts checkpoints are skipped: the CUDA backend has no MoE kernels yet, and
 // RefusesMixtureOfExperts checks that loading one fails with a clear error instead.

@@ -139,9 +139,10 @@ void CudaOps::Add(float* residual, const float* delta, int64_t num_elements) {
   LOOM_CUDA_RECORD(cuda::Add(residual, delta, num_elements, stream_));
 }
 
-// Each output by its weight's format: decode-sized batches through the GEMV kernels (dense or
-// quantized weights); larger ones through cuBLAS, quantized weights tile by tile of rows
-// dequantized to bf16; any other dtype is refused (a recorded error, never a wrong result).
+// Each output by its weight's format: single rows of dense weights and decode-sized batches of
+// quantized ones through the GEMV kernels; the rest through cuBLAS, quantized weights tile by
+// tile of rows dequantized to bf16; any other dtype is refused (a recorded error, never a wrong
+// result).
 void CudaOps::Linear(const float* x, int64_t x_stride, int32_t num_rows,
                      std::span<const LinearOutput> outputs) {
   if (num_rows == 0) return;
@@ -151,7 +152,7 @@ void CudaOps::Linear(const float* x, int64_t x_stride, int32_t num_rows,
   DType converted = DType::kF32;  // the type act16_ holds for this call (f32: none yet)
   for (const LinearOutput& output : outputs) {
     const WeightView& w = output.weight->weight;
-    if (IsFloatDType(w.dtype) && num_rows <= cuda::kDenseGemvMaxRows) {
+    if (IsFloatDType(w.dtype) && num_rows <= kDenseGemvRows) {
       // The bias is added by the kernel; x stays f32.
       LOOM_CUDA_RECORD(cuda::DenseGemv(x, x_stride, num_rows, w.data, w.dtype,
                                        static_cast<int32_t>(w.rows), static_cast<int32_t>(w.cols),

@@ -1,10 +1,10 @@
 // The CUDA implementation of Ops: every op queues kernels of kernels/cuda (and cuBLAS for the
 // matmuls) on the backend's one stream and returns at once.
 //
-// Numerics. Activations stay f32 in device memory, as on the CPU. A Linear of up to
-// cuda::kDenseGemvMaxRows rows with f32, bf16 or f16 weights goes to the GEMV kernel
-// (kernels/cuda/dense_gemv.h), which keeps the input in f32 and sums in f32, as the CPU backend
-// does. A larger one with bf16 or f16 weights first rounds its input rows to the weights' type
+// Numerics. Activations stay f32 in device memory, as on the CPU. A Linear of one row (a batch-1
+// decode step) with f32, bf16 or f16 weights goes to the GEMV kernel (kernels/cuda/dense_gemv.h),
+// which keeps the input in f32 and sums in f32, as the CPU backend does. A larger one with bf16
+// or f16 weights first rounds its input rows to the weights' type
 // (one conversion shared by all the outputs of the call) and multiplies on the tensor cores with
 // f32 accumulation and f32 output (cublasGemmEx, CUBLAS_COMPUTE_32F); f32 weights multiply in
 // full f32. That rounding of the activations is the one difference from the CPU backend's f32
@@ -44,6 +44,12 @@ class CudaOps final : public Ops {
   CudaOps(const CudaOps&) = delete;
   CudaOps& operator=(const CudaOps&) = delete;
 
+  // The most rows a Linear with dense weights sends to cuda::DenseGemv instead of cuBLAS. On an
+  // H200 (bench/kernels/cuda_gemv_bench.cc) the kernel reads one row's weights at 0.88-1.0 of the
+  // copy bandwidth (cuBLAS: 0.76-0.98) and small matrices in a third of cuBLAS's time, but its
+  // cost grows with the rows (each weight vector is multiplied with every x row, read from
+  // cache): at 2 rows it is level with cuBLAS and at 8 rows 2.2-3.5x slower.
+  static constexpr int32_t kDenseGemvRows = 1;
   // Bytes of the bf16 tile that quantized weights are dequantized into for a Linear of more
   // than cuda::kQuantGemvMaxRows rows (small enough to stay in the L2 cache between the
   // dequantization and the GEMM that reads it).
