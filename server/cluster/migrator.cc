@@ -191,6 +191,14 @@ void Migrator::RunRelay(Relay& relay) {
   }
 }
 
+bool Migrator::RelaysFull() const {
+  return ctx_.config.max_relays > 0 && active_threads_ >= ctx_.config.max_relays;
+}
+
+std::string Migrator::RelayLimitReason() const {
+  return StrCat("the relay limit (max_relays = ", ctx_.config.max_relays, ") is reached");
+}
+
 void Migrator::Forward(SchedRequest request, const std::string& address,
                        std::shared_ptr<RequestStream> stream) {
   MigrantState state;
@@ -208,7 +216,7 @@ void Migrator::Forward(SchedRequest request, const std::string& address,
   AddAuth(relay->call);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_) {
+    if (stopping_ || RelaysFull()) {
       ctx_.engine->SubmitTo(std::move(request), std::move(stream));
       return;
     }
@@ -367,9 +375,15 @@ MigrationOutcome Migrator::MigrateOne(RequestId id, const std::string& address,
   AddAuth(relay->call);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_ || relays_.contains(id)) {
+    if (stopping_ || relays_.contains(id) || RelaysFull()) {
       result.outcome = "aborted";
-      result.reason = stopping_ ? "the server is stopping" : "the request is already relayed";
+      if (stopping_) {
+        result.reason = "the server is stopping";
+      } else if (relays_.contains(id)) {
+        result.reason = "the request is already relayed";
+      } else {
+        result.reason = RelayLimitReason();
+      }
       return result;
     }
     relays_[id] = relay;
@@ -493,6 +507,8 @@ MigrationOutcome Migrator::MigrateOne(RequestId id, const std::string& address,
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return abort("the server is stopping");
+    // A forward may have taken the last relay since the move began.
+    if (RelaysFull()) return abort(RelayLimitReason());
     ++active_threads_;
   }
   relay->reader = stub.Resume(&relay->call, resume);

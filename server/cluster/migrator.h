@@ -11,6 +11,9 @@
 //      the remaining blocks and the residual tail are exported, pushed, and Resume is called.
 //   4. Commit: when the destination answers `accepted`, the source ends its copy (no output) and
 //      hands the client's stream to a relay, which pushes the destination's outputs into it.
+// Bounded: one migration out at a time, its staging buffer bounded; each committed move or
+// forward holds a relay thread until the request ends, at most max_relays of them (at the limit a
+// move is aborted before it begins and a forward runs here).
 // Exactly one owner: before the commit, every failure (destination full or gone, timeouts, the
 // request finishing or being preempted) cancels the move — the source unfreezes the request, and
 // the destination's reservation is released (or expires). After it, the destination runs it; if
@@ -60,8 +63,8 @@ class Migrator {
                                            std::optional<RequestId> only,
                                            bool longest_first = false);
   // Runs a new request on the instance at `address` (the manager's dispatch) and relays its
-  // outputs into `stream`; when that instance does not accept it, it runs here instead.
-  // Returns at once (a relay thread does the rest).
+  // outputs into `stream`; when that instance does not accept it, or max_relays relays already
+  // run, it runs here instead. Returns at once (a relay thread does the rest).
   void Forward(SchedRequest request, const std::string& address,
                std::shared_ptr<RequestStream> stream);
   int64_t num_forwarded() const { return forwarded_.load(); }
@@ -107,6 +110,9 @@ class Migrator {
   MigrationOutcome MigrateOne(RequestId id, const std::string& address,
                               v1::Instance::Stub& stub);
   void RunRelay(Relay& relay);
+  // True when max_relays relay threads run (mu_ held): new moves and forwards are refused.
+  bool RelaysFull() const;
+  std::string RelayLimitReason() const;
   std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address);
   void AddAuth(grpc::ClientContext& call) const;
   // Best effort: gives a destination's block reservation back (it also expires on its own).

@@ -155,6 +155,10 @@ const std::vector<Key>& Keys() {
        "pause after each migration stage, the last included (spreads copy traffic; the fault "
        "tests use it to stop a process mid-migration); 0 = none",
        &C::migration_stage_pause_ms, {0, 600000}},
+      {"max_relays", "relays",
+       "requests moved or forwarded from here whose outputs are relayed back (a thread each); at "
+       "the limit new ones run here instead (0 = unbounded)",
+       &C::max_relays, {0, 1 << 20}},
       {"reservation_timeout_ms", "ms",
        "blocks reserved for an incoming migration are freed after this long without a call",
        &C::reservation_timeout_ms, {100, 3600000}},

@@ -83,6 +83,7 @@ struct ServerConfig {
   int64_t migration_max_in_flight = 1;  // per instance, in and out together
   int64_t reservation_timeout_ms = 10000;
   int64_t migration_stage_pause_ms = 0;  // between stages and before the commit
+  int64_t max_relays = 512;  // relay threads of moved or forwarded requests; 0 = unbounded
   // Manager.
   int64_t manager_instance_timeout_ms = 3000;
   int64_t manager_dispatch_top_k = 2;

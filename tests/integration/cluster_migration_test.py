@@ -3,7 +3,8 @@
 while it streams gives its client exactly the tokens it would have got without the move (greedy
 and seeded sampling; HTTP and gRPC clients; decode and prompt phase), and the faults leave one
 owner: a destination that is gone before the move leaves the request running at home; one killed
-after the commit ends the client's stream with a clear error while the source keeps serving.
+after the commit ends the client's stream with a clear error while the source keeps serving. At
+the relay limit (max_relays) a move is refused and the request goes on at home.
 
   python tests/integration/cluster_migration_test.py --loomd build/cpu-release/bin/loomd \
       --model build/models/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -219,6 +220,46 @@ class LowBitMigrationTest(unittest.TestCase):
                 self.assertEqual(got, stream_completion(b, max_tokens=60))
             finally:
                 self.assertEqual(c.stop(), 0)
+        finally:
+            self.assertEqual(a.stop(), 0)
+            self.assertEqual(b.stop(), 0)
+
+
+class RelayLimitTest(unittest.TestCase):
+    """max_relays bounds the threads that relay moved requests' outputs to their clients: at the
+    limit a move is refused before it begins, and the request it would have moved goes on at
+    home, its stream unbroken."""
+
+    def test_a_move_beyond_the_relay_limit_stays_home(self):
+        a, b = Loomd("--max-relays", "1"), Loomd()
+        try:
+            reference = stream_completion(b, max_tokens=120)
+            got = [None, None]
+            started = [threading.Event(), threading.Event()]
+
+            def run(k):
+                def on_chunk(i):
+                    if i == 8:
+                        started[k].set()
+                got[k] = stream_completion(a, on_chunk=on_chunk, max_tokens=120)
+
+            threads = [threading.Thread(target=run, args=(k,)) for k in (0, 1)]
+            for t in threads:
+                t.start()
+            for e in started:
+                self.assertTrue(e.wait(120))
+            # One at a time: the first move commits and its relay runs until that request ends,
+            # so the second finds the limit reached.
+            results = list(a.migrate_out(b.grpc_address).results)
+            for t in threads:
+                t.join()
+            self.assertEqual(sorted(r.outcome for r in results), ["aborted", "committed"],
+                             results)
+            aborted = next(r for r in results if r.outcome == "aborted")
+            self.assertIn("relay limit", aborted.reason)
+            self.assertEqual(got, [reference, reference])
+            # Still serving, and a move is possible again once the relay has ended.
+            self.assertEqual(stream_completion(a, max_tokens=5)[1], "length")
         finally:
             self.assertEqual(a.stop(), 0)
             self.assertEqual(b.stop(), 0)
