@@ -71,7 +71,9 @@ int MakeModel(const std::vector<std::string>& args) {
     std::cerr << (s.ok() ? "" : std::string(s.message()) + "\n") << flags.Help();
     return 2;
   }
-  const DType dtype = dtype_name == "f32" ? DType::kF32 : dtype_name == "f16" ? DType::kF16 : DType::kBF16;
+  const DType dtype = dtype_name == "f32"   ? DType::kF32
+                      : dtype_name == "f16" ? DType::kF16
+                                            : DType::kBF16;
   const auto start = std::chrono::steady_clock::now();
   if (absl::Status s = WriteRandomCheckpoint(shape, dtype, seed, out); !s.ok()) {
     std::cerr << "make-model: " << s.message() << "\n";
@@ -84,7 +86,8 @@ int MakeModel(const std::vector<std::string>& args) {
 }
 
 struct RunSettings {
-  std::string model, kv_dtype = "bf16", kv_k_granularity = "channel", out, threads = "2", batches = "1", backend = "cpu";
+  std::string model, kv_dtype = "bf16", kv_k_granularity = "channel", out, threads = "2",
+                     batches = "1", backend = "cpu";
   int64_t prompt_len = 128, gen_len = 32, block_size = 0, repeat = 2, max_batched_tokens = 2048;
   int64_t kv_residual_tokens = 0;
   bool kv_hadamard = true;
@@ -144,7 +147,8 @@ nlohmann::json RunOne(const RunSettings& s, int threads, int batch, double bandw
   std::vector<OfflineRequest> requests(batch);
   for (int b = 0; b < batch; ++b) {
     for (int64_t i = 0; i < s.prompt_len; ++i) {
-      requests[b].prompt.push_back(TokenId(static_cast<int32_t>((i * 7919 + b * 104729) % info.vocab_size)));
+      requests[b].prompt.push_back(
+          TokenId(static_cast<int32_t>((i * 7919 + b * 104729) % info.vocab_size)));
     }
     requests[b].sampling.temperature = 0;
     requests[b].max_new_tokens = static_cast<int32_t>(s.gen_len);
@@ -157,7 +161,8 @@ nlohmann::json RunOne(const RunSettings& s, int threads, int batch, double bandw
     auto results = RunOffline(**executor, requests, {}, &stats);
     if (!results.ok()) return {{"error", std::string(results.status().message())}};
     if (r == 0 || stats.decode_ms < best.decode_ms) {
-      const double best_prefill = r == 0 ? stats.prefill_ms : std::min(best.prefill_ms, stats.prefill_ms);
+      const double best_prefill =
+          r == 0 ? stats.prefill_ms : std::min(best.prefill_ms, stats.prefill_ms);
       best = stats;
       best.prefill_ms = best_prefill;
     } else {
@@ -252,17 +257,23 @@ int Run(const std::vector<std::string>& args) {
   nlohmann::json report = {
       {"benchmark", "engine"},
       {"date", UtcNow()},
-      {"commit", CommandOutput(std::string("git -C ") + LOOM_SOURCE_DIR + " rev-parse --short HEAD 2>/dev/null")},
+      {"commit", CommandOutput(std::string("git -C ") + LOOM_SOURCE_DIR +
+                               " rev-parse --short HEAD 2>/dev/null")},
       {"machine", MachineJson()},
       // The folder's name only: results are committed and must not name a path of the machine.
-      {"settings", {{"model", std::string(BaseName(s.model))}, {"kv_dtype", s.kv_dtype},
-                    {"kv_k_granularity", s.kv_k_granularity},
-                    {"kv_residual_tokens", s.kv_residual_tokens},
-                    {"kv_hadamard", s.kv_hadamard},
-                    {"block_size", s.block_size}, {"backend", s.backend},
-                    {"max_batched_tokens", s.max_batched_tokens}, {"peak_tflops", s.peak_tflops},
-                    {"repeat", s.repeat}, {"fast_bf16_matmul", s.fast_bf16},
-                    {"quant_activations", s.quant_activations}}}};
+      {"settings",
+       {{"model", std::string(BaseName(s.model))},
+        {"kv_dtype", s.kv_dtype},
+        {"kv_k_granularity", s.kv_k_granularity},
+        {"kv_residual_tokens", s.kv_residual_tokens},
+        {"kv_hadamard", s.kv_hadamard},
+        {"block_size", s.block_size},
+        {"backend", s.backend},
+        {"max_batched_tokens", s.max_batched_tokens},
+        {"peak_tflops", s.peak_tflops},
+        {"repeat", s.repeat},
+        {"fast_bf16_matmul", s.fast_bf16},
+        {"quant_activations", s.quant_activations}}}};
   nlohmann::json results = nlohmann::json::array();
   if (s.backend == "cuda") {
     const double bandwidth = CudaCopyBandwidthGbps(report);
@@ -280,16 +291,23 @@ int Run(const std::vector<std::string>& args) {
     cpu::ThreadPool pool(t);
     const BandwidthResult bw = MeasureReadBandwidth(pool, int64_t{1} << 30, 10);
     nlohmann::json by_streams;
-    for (const auto& [streams, gbps] : bw.gb_per_s_by_streams) by_streams[std::to_string(streams)] = gbps;
+    for (const auto& [streams, gbps] : bw.gb_per_s_by_streams) {
+      by_streams[std::to_string(streams)] = gbps;
+    }
     nlohmann::json by_placement;
     for (const auto& [placement, figures] : bw.gb_per_s_by_placement) {
-      for (const auto& [streams, gbps] : figures) by_placement[placement][std::to_string(streams)] = gbps;
+      for (const auto& [streams, gbps] : figures) {
+        by_placement[placement][std::to_string(streams)] = gbps;
+      }
     }
     report["memory_bandwidth"][std::to_string(t) + "_threads"] = {
-        {"best_gb_per_s", bw.best_gb_per_s}, {"best_streams_per_thread", bw.best_streams_per_thread},
-        {"best_placement", bw.best_placement}, {"loads", bw.loads},
+        {"best_gb_per_s", bw.best_gb_per_s},
+        {"best_streams_per_thread", bw.best_streams_per_thread},
+        {"best_placement", bw.best_placement},
+        {"loads", bw.loads},
         {"gb_per_s_by_streams_per_thread", by_streams},
-        {"gb_per_s_by_placement_and_streams", by_placement}, {"buffer_bytes", bw.buffer_bytes}};
+        {"gb_per_s_by_placement_and_streams", by_placement},
+        {"buffer_bytes", bw.buffer_bytes}};
     for (int32_t b : batches) {
       nlohmann::json one = RunOne(s, t, b, bw.best_gb_per_s);
       std::cerr << one.dump() << "\n";

@@ -58,7 +58,8 @@ class Migrator {
   ~Migrator();  // cancels every relay and waits for them
 
   // Moves up to `max_requests` (0 = all) movable requests to the instance at `address`, one at
-  // a time, shortest first (longest first with `longest_first`) — or exactly `only` when given. Returns one outcome per attempt.
+  // a time, shortest first (longest first with `longest_first`) — or exactly `only` when given.
+  // Returns one outcome per attempt.
   std::vector<MigrationOutcome> MigrateOut(const std::string& address, int32_t max_requests,
                                            std::optional<RequestId> only,
                                            bool longest_first = false);
