@@ -39,7 +39,7 @@
 #   LOOM_GPU_BENCH_MIN_TIME  seconds per benchmark           (default: 0.2)
 #   LOOM_GPU_TEST_TIMEOUT    seconds one gpu test may run    (default: 300), so that a hung
 #                            kernel costs one test, not the machine's whole time limit
-#   LOOM_GPU_TEST_JOBS       gpu tests run at once           (default: 1)
+#   LOOM_GPU_TEST_JOBS       gpu tests run at once           (default: 4; 1 for a quiet GPU)
 #   LOOM_GPU_ENGINE_SHAPE    shape of the random checkpoint the engine stage writes when
 #                            LOOM_GPU_ENGINE_MODEL has none (default: llama3-8b; llama-1.1b is
 #                            7x smaller and quicker to write)
@@ -165,7 +165,7 @@ run_tests() {
   log "ctest -L gpu"
   set +e
   ctest --test-dir "$build_dir" -L gpu --output-on-failure --no-tests=error \
-    --timeout "${LOOM_GPU_TEST_TIMEOUT:-300}" -j "${LOOM_GPU_TEST_JOBS:-1}" \
+    --timeout "${LOOM_GPU_TEST_TIMEOUT:-300}" -j "${LOOM_GPU_TEST_JOBS:-4}" \
     --output-junit "$out/ctest-gpu.xml" 2>&1 | tee "$build_dir/ctest-gpu.log"
   test_rc=${PIPESTATUS[0]}
   set -e
