@@ -15,6 +15,7 @@
 #include "engine/runtime/local_executor.h"
 #include "gtest/gtest.h"
 #include "tests/engine/weights_test_util.h"
+#include "tests/kernels/kernel_test_util.h"
 
 namespace loom {
 namespace {
@@ -473,10 +474,7 @@ TEST(ExecutorTest, BlockCopySharesAPrefix) {
     std::vector<TokenId> tokens2 = {shared.outputs.at(0).token_id};
     tokens1.push_back(shared.outputs.at(1).token_id);
     // Sequence 2's logits at position 5 are sequence 1's only if the copied K/V are right.
-    float diff = 0;
-    for (int32_t v = 0; v < kVocab; ++v) {
-      diff = std::max(diff, std::fabs(logits[{2, 5}][v] - logits[{1, 5}][v]));
-    }
+    const float diff = test::MaxAbsDiff(logits[{2, 5}], logits[{1, 5}]);
     if (!copy) {
       EXPECT_GT(diff, 1e-3f) << "block 11's old contents do not matter: the test proves nothing";
       continue;

@@ -13,6 +13,7 @@
 #include "engine/runtime/local_executor.h"
 #include "gtest/gtest.h"
 #include "tests/engine/kv_test_model.h"
+#include "tests/kernels/kernel_test_util.h"
 
 namespace loom {
 namespace {
@@ -51,11 +52,9 @@ void Observe(LocalExecutor& executor, LogitMap& logits) {
   });
 }
 
+// NaN-safe; a size mismatch is an infinite difference.
 float MaxDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  float diff = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) diff = std::max(diff, std::fabs(a[i] - b[i]));
-  return diff;
+  return test::MaxAbsDiff(a, b);
 }
 
 // A 40 + steps token prompt computed as a 40-token prefill (two full blocks and a partial one)

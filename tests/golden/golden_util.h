@@ -20,6 +20,7 @@
 #include "engine/runtime/local_executor.h"
 #include "engine/weights/checkpoint.h"
 #include "scheduler/offline_batch.h"
+#include "tests/kernels/kernel_test_util.h"
 
 namespace loom::golden {
 
@@ -156,10 +157,9 @@ inline EngineRun RunPrompts(LocalExecutor& executor, const Golden& g, const Offl
   return run;
 }
 
+// NaN-safe: a NaN logit is an infinite difference.
 inline float MaxAbsDiff(const std::vector<float>& got, const float* want) {
-  float diff = 0;
-  for (size_t i = 0; i < got.size(); ++i) diff = std::max(diff, std::fabs(got[i] - want[i]));
-  return diff;
+  return test::MaxAbsDiff(got.data(), want, got.size());
 }
 
 // Checks the recorded logit rows and the greedy tokens of `run` against the reference. With

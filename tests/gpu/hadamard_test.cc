@@ -36,10 +36,7 @@ TEST_F(CudaHadamardTest, MatchesReference) {
       DeviceArray<float> d_x(x);
       ASSERT_EQ(cuda::HadamardRotate(d_x.get(), rows, dim, nullptr), cudaSuccess);
       const std::vector<float> got = d_x.ToHost();
-      float max_diff = 0;
-      for (int64_t i = 0; i < checked * dim; ++i) {
-        max_diff = std::max(max_diff, std::fabs(got[i] - want[i]));
-      }
+      const float max_diff = test::MaxAbsDiff(got.data(), want.data(), size_t(checked * dim));
       EXPECT_LE(max_diff, 2e-5f * std::sqrt(float(dim)) * 4);
       // The last row too (the grid loops past its block count for 70000 rows).
       std::vector<float> last(x.end() - dim, x.end());

@@ -1,4 +1,5 @@
-// Error measure shared by the kernel parity tests (CPU in tests/kernels, CUDA in tests/gpu).
+// Error measures shared by the parity tests (kernels: CPU in tests/kernels, CUDA in tests/gpu;
+// logits: tests/engine and tests/golden).
 #pragma once
 
 #include <algorithm>
@@ -21,6 +22,24 @@ inline float MaxRelDiff(const std::vector<float>& got, const std::vector<float>&
     max_ref = std::max(max_ref, std::fabs(want[i]));
   }
   return max_diff / max_ref;
+}
+
+// Largest |got[i] - want[i]| over n elements. A NaN on either side counts as an infinite
+// difference (std::max alone would skip it, and a test would pass on NaN output).
+inline float MaxAbsDiff(const float* got, const float* want, size_t n) {
+  float max_diff = 0.0f;
+  for (size_t i = 0; i < n; ++i) {
+    const float diff = std::fabs(got[i] - want[i]);
+    if (std::isnan(diff)) return std::numeric_limits<float>::infinity();
+    max_diff = std::max(max_diff, diff);
+  }
+  return max_diff;
+}
+
+// The same over two vectors; a size mismatch counts as an infinite difference.
+inline float MaxAbsDiff(const std::vector<float>& got, const std::vector<float>& want) {
+  if (got.size() != want.size()) return std::numeric_limits<float>::infinity();
+  return MaxAbsDiff(got.data(), want.data(), got.size());
 }
 
 }  // namespace loom::test
