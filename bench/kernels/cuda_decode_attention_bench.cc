@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "bench/kernels/cuda_bench_buffer.h"
+#include "bench/kernels/cuda_bench_util.h"
 #include "kernels/common/attention_args.h"
 #include "kernels/cuda/decode_attention.h"
 #include "kernels/cuda/device.h"
@@ -36,17 +36,9 @@ namespace {
 
 using bench::DeviceBuffer;
 using bench::Upload;
-
-constexpr int kLaunchesPerIteration = 10;
+using BenchContext = bench::CudaBench;
 constexpr int32_t kHeads = 32, kKvHeads = 8, kHeadDim = 128, kBlockSize = 16;
 constexpr double kMaxCacheBytes = 8.0 * (1ull << 30);
-
-struct BenchContext {
-  cudaStream_t stream = nullptr;
-  double copy_bytes_per_second = 0.0;
-  int sm_count = 0;
-  size_t l2_bytes = 0;
-};
 
 double CacheBytes(int64_t batch, int64_t context) {
   return 2.0 * batch * context * kKvHeads * kHeadDim * 2;
@@ -98,39 +90,6 @@ struct DecodeSetup {
   }
 };
 
-// Times launch(copy) (which queues kernels on the stream and returns the launch error) in
-// batches and sets the bandwidth counters for `bytes` per launch.
-template <typename Launch>
-void TimeLaunches(benchmark::State& state, const BenchContext& ctx, double bytes, int copies,
-                  const Launch& launch) {
-  cudaEvent_t start, stop;
-  LOOM_CUDA_CHECK(cudaEventCreate(&start));
-  LOOM_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int c = 0; c < copies; ++c) LOOM_CUDA_CHECK(launch(c));  // warm-up
-  double total_seconds = 0.0;
-  int next = 0;
-  for (auto _ : state) {
-    LOOM_CUDA_CHECK(cudaEventRecord(start, ctx.stream));
-    for (int i = 0; i < kLaunchesPerIteration; ++i) {
-      LOOM_CUDA_CHECK(launch(next));
-      next = (next + 1) % copies;
-    }
-    LOOM_CUDA_CHECK(cudaEventRecord(stop, ctx.stream));
-    LOOM_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0.0f;
-    LOOM_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    const double seconds = ms * 1e-3 / kLaunchesPerIteration;
-    state.SetIterationTime(seconds);
-    total_seconds += seconds;
-  }
-  LOOM_CUDA_CHECK(cudaEventDestroy(start));
-  LOOM_CUDA_CHECK(cudaEventDestroy(stop));
-  const double bytes_per_second = bytes * state.iterations() / total_seconds;
-  state.counters["GBps"] = bytes_per_second / 1e9;
-  state.counters["copy_fraction"] = bytes_per_second / ctx.copy_bytes_per_second;
-  state.counters["MiB_per_launch"] = bytes / (1 << 20);
-}
-
 void BenchDecode(benchmark::State& state, const BenchContext& ctx, bool split_kernel) {
   const int32_t batch = static_cast<int32_t>(state.range(0));
   const int32_t context = static_cast<int32_t>(state.range(1));
@@ -145,12 +104,12 @@ void BenchDecode(benchmark::State& state, const BenchContext& ctx, bool split_ke
     DeviceBuffer workspace(workspace_bytes);
     state.counters["splits"] =
         cuda::DecodeAttentionNumSplits(batch, kKvHeads, kHeadDim, context, ctx.sm_count);
-    TimeLaunches(state, ctx, bytes, copies, [&](int copy) {
+    bench::TimeCopies(state, ctx, bytes, copies, [&](int copy) {
       return cuda::DecodeAttention(setup.Args(copy), context, workspace.as<void>(),
                                    workspace_bytes, ctx.stream);
     });
   } else {
-    TimeLaunches(state, ctx, bytes, copies, [&](int copy) {
+    bench::TimeCopies(state, ctx, bytes, copies, [&](int copy) {
       return cuda::PagedAttention(setup.Args(copy), batch, ctx.stream);
     });
   }
@@ -178,25 +137,8 @@ void Register(const BenchContext& ctx) {
 }  // namespace loom
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (!loom::cuda::CudaDeviceAvailable()) {
-    std::printf("cuda_decode_attention_bench: no CUDA device; nothing to measure\n");
-    return 0;
-  }
-  loom::cuda::CudaDeviceInfo info;
-  LOOM_CUDA_CHECK(loom::cuda::QueryCudaDevice(0, &info));
-  loom::BenchContext ctx;
-  ctx.sm_count = info.sm_count;
-  ctx.l2_bytes = info.l2_cache_bytes;
-  LOOM_CUDA_CHECK(
-      loom::cuda::MeasureCopyBandwidth(size_t{1} << 30, 20, &ctx.copy_bytes_per_second));
-  LOOM_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx.stream, cudaStreamNonBlocking));
-  benchmark::AddCustomContext("device", info.name);
-  benchmark::AddCustomContext("sm_count", std::to_string(info.sm_count));
-  benchmark::AddCustomContext("copy_GBps", std::to_string(ctx.copy_bytes_per_second / 1e9));
-  loom::Register(ctx);
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  LOOM_CUDA_CHECK(cudaStreamDestroy(ctx.stream));
-  return 0;
+  return loom::bench::RunCudaBenchmarks(argc, argv, "cuda_decode_attention_bench",
+                                        [](const loom::bench::CudaBench& device) {
+                                          loom::Register(device);
+                                        });
 }

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "bench/kernels/cuda_bench_buffer.h"
+#include "bench/kernels/cuda_bench_util.h"
 #include "kernels/common/attention_args.h"
 #include "kernels/cuda/activation.h"
 #include "kernels/cuda/device.h"
@@ -35,41 +35,13 @@ namespace {
 using bench::DeviceBuffer;
 using bench::Upload;
 
-constexpr int kLaunchesPerIteration = 10;
+using BenchContext = bench::CudaBench;
 
-// Times `launch` (which queues one kernel on `stream` and returns its launch error) in batches
-// and sets the GBps and copy_fraction counters for `bytes` moved per launch.
-void TimeLaunches(benchmark::State& state, double bytes, double copy_bytes_per_second,
-                  cudaStream_t stream, const std::function<cudaError_t()>& launch) {
-  cudaEvent_t start, stop;
-  LOOM_CUDA_CHECK(cudaEventCreate(&start));
-  LOOM_CUDA_CHECK(cudaEventCreate(&stop));
-  LOOM_CUDA_CHECK(launch());  // warm-up
-  double total_seconds = 0.0;
-  for (auto _ : state) {
-    LOOM_CUDA_CHECK(cudaEventRecord(start, stream));
-    for (int i = 0; i < kLaunchesPerIteration; ++i) LOOM_CUDA_CHECK(launch());
-    LOOM_CUDA_CHECK(cudaEventRecord(stop, stream));
-    LOOM_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0.0f;
-    LOOM_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    const double seconds = ms * 1e-3 / kLaunchesPerIteration;
-    state.SetIterationTime(seconds);
-    total_seconds += seconds;
-  }
-  LOOM_CUDA_CHECK(cudaEventDestroy(start));
-  LOOM_CUDA_CHECK(cudaEventDestroy(stop));
-  const double bytes_per_second = bytes * state.iterations() / total_seconds;
-  state.counters["GBps"] = bytes_per_second / 1e9;
-  state.counters["copy_fraction"] = bytes_per_second / copy_bytes_per_second;
-  state.counters["MiB_per_launch"] = bytes / (1 << 20);
+// Every launch reads and writes the same buffers: TimeCopies with one copy.
+void Time(benchmark::State& state, const BenchContext& ctx, double bytes,
+          const std::function<cudaError_t()>& launch) {
+  bench::TimeCopies(state, ctx, bytes, 1, [&](int) { return launch(); });
 }
-
-// What every benchmark needs: the stream it launches on and the copy bandwidth it compares to.
-struct BenchContext {
-  cudaStream_t stream = nullptr;
-  double copy_bytes_per_second = 0.0;
-};
 
 void BenchRmsNorm(benchmark::State& state, const BenchContext& ctx, bool add) {
   const int32_t rows = static_cast<int32_t>(state.range(0));
@@ -77,7 +49,7 @@ void BenchRmsNorm(benchmark::State& state, const BenchContext& ctx, bool add) {
   const size_t n = size_t(rows) * dim;
   DeviceBuffer x(n * 4), delta(n * 4), out(n * 4), weight(size_t(dim) * 2);
   const double bytes = (add ? 16.0 : 8.0) * n + 2.0 * dim;
-  TimeLaunches(state, bytes, ctx.copy_bytes_per_second, ctx.stream, [&] {
+  Time(state, ctx, bytes, [&] {
     return add ? cuda::AddRmsNorm(x.as<float>(), delta.as<float>(), rows, dim, weight.as<void>(),
                                   DType::kBF16, 1e-5f, out.as<float>(), ctx.stream)
                : cuda::RmsNorm(x.as<float>(), dim, rows, dim, weight.as<void>(), DType::kBF16,
@@ -90,7 +62,7 @@ void BenchSiluMul(benchmark::State& state, const BenchContext& ctx) {
   const int32_t dim = static_cast<int32_t>(state.range(1));
   const size_t n = size_t(rows) * dim;
   DeviceBuffer gate(n * 4), up(n * 4), out(n * 4);
-  TimeLaunches(state, 12.0 * n, ctx.copy_bytes_per_second, ctx.stream, [&] {
+  Time(state, ctx, 12.0 * n, [&] {
     return cuda::SiluMul(gate.as<float>(), dim, up.as<float>(), dim, rows, dim, out.as<float>(),
                          dim, ctx.stream);
   });
@@ -104,7 +76,7 @@ void BenchRope(benchmark::State& state, const BenchContext& ctx) {
   const size_t angles_bytes = size_t(tokens) * (head_dim / 2) * 4;
   DeviceBuffer x(n * 4), cos(angles_bytes), sin(angles_bytes);
   const double bytes = 8.0 * n + 8.0 * tokens * (head_dim / 2);
-  TimeLaunches(state, bytes, ctx.copy_bytes_per_second, ctx.stream, [&] {
+  Time(state, ctx, bytes, [&] {
     return cuda::Rope(x.as<float>(), int64_t{heads} * head_dim, tokens, heads, head_dim, head_dim,
                       cos.as<float>(), sin.as<float>(), ctx.stream);
   });
@@ -131,8 +103,7 @@ void BenchWriteKv(benchmark::State& state, const BenchContext& ctx) {
   args.cache = {k_cache.as<void>(), v_cache.as<void>(), DType::kBF16, num_blocks, kv_heads,
                 block_size, head_dim};
   const double bytes = 2.0 * tokens * row * (4 + 2) + 4.0 * tokens;
-  TimeLaunches(state, bytes, ctx.copy_bytes_per_second, ctx.stream,
-               [&] { return cuda::WriteKv(args, ctx.stream); });
+  Time(state, ctx, bytes, [&] { return cuda::WriteKv(args, ctx.stream); });
 }
 
 void BenchEmbedding(benchmark::State& state, const BenchContext& ctx) {
@@ -146,7 +117,7 @@ void BenchEmbedding(benchmark::State& state, const BenchContext& ctx) {
   for (int32_t& id : token_ids) id = token(rng);
   Upload(token_ids, ids);
   const double bytes = double(tokens) * dim * (2 + 4) + 4.0 * tokens;
-  TimeLaunches(state, bytes, ctx.copy_bytes_per_second, ctx.stream, [&] {
+  Time(state, ctx, bytes, [&] {
     return cuda::Embedding(ids.as<int32_t>(), tokens, table.as<void>(), DType::kBF16, dim,
                            out.as<float>(), ctx.stream);
   });
@@ -180,23 +151,8 @@ void Register(const BenchContext& ctx) {
 }  // namespace loom
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (!loom::cuda::CudaDeviceAvailable()) {
-    std::printf("cuda_elementwise_bench: no CUDA device; nothing to measure\n");
-    return 0;
-  }
-  loom::cuda::CudaDeviceInfo info;
-  LOOM_CUDA_CHECK(loom::cuda::QueryCudaDevice(0, &info));
-  loom::BenchContext ctx;
-  LOOM_CUDA_CHECK(
-      loom::cuda::MeasureCopyBandwidth(size_t{1} << 30, 20, &ctx.copy_bytes_per_second));
-  LOOM_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx.stream, cudaStreamNonBlocking));
-  benchmark::AddCustomContext("device", info.name);
-  benchmark::AddCustomContext("sm_count", std::to_string(info.sm_count));
-  benchmark::AddCustomContext("copy_GBps", std::to_string(ctx.copy_bytes_per_second / 1e9));
-  loom::Register(ctx);
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  LOOM_CUDA_CHECK(cudaStreamDestroy(ctx.stream));
-  return 0;
+  return loom::bench::RunCudaBenchmarks(argc, argv, "cuda_elementwise_bench",
+                                        [](const loom::bench::CudaBench& device) {
+                                          loom::Register(device);
+                                        });
 }

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <string>
@@ -27,11 +28,11 @@
 #include <cublas_v2.h>
 
 #include "benchmark/benchmark.h"
-#include "bench/kernels/cuda_bench_buffer.h"
+#include "bench/kernels/cuda_bench_util.h"
 #include "kernels/common/dtype.h"
-#include "kernels/cuda/device.h"
 #include "kernels/cuda/convert.h"
 #include "kernels/cuda/dense_gemv.h"
+#include "kernels/cuda/device.h"
 #include "kernels/cuda/quant_matmul.h"
 
 namespace loom {
@@ -39,14 +40,10 @@ namespace {
 
 using bench::DeviceBuffer;
 
-constexpr int kLaunchesPerIteration = 10;
 constexpr int kMaxWeightCopies = 64;
 
-struct BenchContext {
-  cudaStream_t stream = nullptr;
+struct BenchContext : bench::CudaBench {
   cublasHandle_t cublas = nullptr;
-  double copy_bytes_per_second = 0.0;
-  size_t l2_bytes = 0;
 };
 
 // Enough copies of a `bytes`-sized weight that cycling through them misses the L2 cache.
@@ -58,33 +55,12 @@ std::vector<std::unique_ptr<DeviceBuffer>> WeightCopies(size_t bytes, const Benc
   return out;
 }
 
-// Times `launch(i)` (which queues one kernel on the context's stream for launch number i and
-// returns its launch error) in batches, and sets the counters for `bytes` moved per launch.
+// Times launch(w) over the weight copies in turn, with the counters for `bytes` per launch.
 void TimeLaunches(benchmark::State& state, double bytes, const BenchContext& ctx,
-                  const std::function<cudaError_t(int)>& launch) {
-  cudaEvent_t start, stop;
-  LOOM_CUDA_CHECK(cudaEventCreate(&start));
-  LOOM_CUDA_CHECK(cudaEventCreate(&stop));
-  LOOM_CUDA_CHECK(launch(0));  // warm-up
-  double total_seconds = 0.0;
-  int next = 1;
-  for (auto _ : state) {
-    LOOM_CUDA_CHECK(cudaEventRecord(start, ctx.stream));
-    for (int i = 0; i < kLaunchesPerIteration; ++i) LOOM_CUDA_CHECK(launch(next++));
-    LOOM_CUDA_CHECK(cudaEventRecord(stop, ctx.stream));
-    LOOM_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0.0f;
-    LOOM_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    const double seconds = ms * 1e-3 / kLaunchesPerIteration;
-    state.SetIterationTime(seconds);
-    total_seconds += seconds;
-  }
-  LOOM_CUDA_CHECK(cudaEventDestroy(start));
-  LOOM_CUDA_CHECK(cudaEventDestroy(stop));
-  const double bytes_per_second = bytes * state.iterations() / total_seconds;
-  state.counters["GBps"] = bytes_per_second / 1e9;
-  state.counters["copy_fraction"] = bytes_per_second / ctx.copy_bytes_per_second;
-  state.counters["MiB_per_launch"] = bytes / (1 << 20);
+                  const std::vector<std::unique_ptr<DeviceBuffer>>& weights,
+                  const std::function<cudaError_t(const void*)>& launch) {
+  bench::TimeCopies(state, ctx, bytes, static_cast<int>(weights.size()),
+                    [&](int copy) { return launch(weights[copy]->as<void>()); });
 }
 
 // y [rows, out] = x [rows, in] . W^T, W [out, in] in `dtype`.
@@ -96,9 +72,9 @@ void BenchGemv(benchmark::State& state, const BenchContext& ctx, DType dtype) {
   const auto weights = WeightCopies(weight_bytes, ctx);
   DeviceBuffer x(size_t(rows) * in * 4), y(size_t(rows) * out * 4);
   const double bytes = double(weight_bytes) + 4.0 * rows * (double(in) + out);
-  TimeLaunches(state, bytes, ctx, [&](int i) {
-    return cuda::QuantGemv(x.as<float>(), in, rows, weights[i % weights.size()]->as<void>(),
-                           dtype, out, in, nullptr, y.as<float>(), out, ctx.stream);
+  TimeLaunches(state, bytes, ctx, weights, [&](const void* w) {
+    return cuda::QuantGemv(x.as<float>(), in, rows, w, dtype, out, in, nullptr, y.as<float>(),
+                           out, ctx.stream);
   });
   state.counters["weight_copies"] = static_cast<double>(weights.size());
 }
@@ -111,9 +87,9 @@ void BenchDequantize(benchmark::State& state, const BenchContext& ctx, DType dty
   const auto weights = WeightCopies(weight_bytes, ctx);
   DeviceBuffer tile(size_t(rows) * in * 2);
   const double bytes = double(weight_bytes) + 2.0 * rows * in;
-  TimeLaunches(state, bytes, ctx, [&](int i) {
-    return cuda::DequantizeRows(weights[i % weights.size()]->as<void>(), dtype, 0, rows, in,
-                                DType::kBF16, tile.as<void>(), ctx.stream);
+  TimeLaunches(state, bytes, ctx, weights, [&](const void* w) {
+    return cuda::DequantizeRows(w, dtype, 0, rows, in, DType::kBF16, tile.as<void>(),
+                                ctx.stream);
   });
 }
 
@@ -128,8 +104,7 @@ void BenchDenseGemv(benchmark::State& state, const BenchContext& ctx, DType dtyp
   DeviceBuffer x(size_t(rows) * in * 4), x16(size_t(rows) * in * 2), y(size_t(rows) * out * 4);
   const double bytes = double(weight_bytes) + 4.0 * rows * (double(in) + out);
   const cudaDataType type = dtype == DType::kBF16 ? CUDA_R_16BF : CUDA_R_16F;
-  TimeLaunches(state, bytes, ctx, [&](int i) {
-    const void* w = weights[i % weights.size()]->as<void>();
+  TimeLaunches(state, bytes, ctx, weights, [&](const void* w) {
     if (!cublas) {
       return cuda::DenseGemv(x.as<float>(), in, rows, w, dtype, out, in, nullptr, y.as<float>(),
                              out, ctx.stream);
@@ -200,30 +175,20 @@ void Register(const BenchContext& ctx) {
 }  // namespace loom
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (!loom::cuda::CudaDeviceAvailable()) {
-    std::printf("cuda_gemv_bench: no CUDA device; nothing to measure\n");
-    return 0;
-  }
-  loom::cuda::CudaDeviceInfo info;
-  LOOM_CUDA_CHECK(loom::cuda::QueryCudaDevice(0, &info));
   loom::BenchContext ctx;
-  ctx.l2_bytes = info.l2_cache_bytes;
-  LOOM_CUDA_CHECK(
-      loom::cuda::MeasureCopyBandwidth(size_t{1} << 30, 20, &ctx.copy_bytes_per_second));
-  LOOM_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx.stream, cudaStreamNonBlocking));
-  if (cublasCreate(&ctx.cublas) != CUBLAS_STATUS_SUCCESS ||
-      cublasSetStream(ctx.cublas, ctx.stream) != CUBLAS_STATUS_SUCCESS) {
-    std::fprintf(stderr, "cuda_gemv_bench: cuBLAS could not be set up\n");
-    return 1;
+  const int status = loom::bench::RunCudaBenchmarks(
+      argc, argv, "cuda_gemv_bench", [&ctx](const loom::bench::CudaBench& device) {
+        static_cast<loom::bench::CudaBench&>(ctx) = device;
+        if (cublasCreate(&ctx.cublas) != CUBLAS_STATUS_SUCCESS ||
+            cublasSetStream(ctx.cublas, ctx.stream) != CUBLAS_STATUS_SUCCESS) {
+          std::fprintf(stderr, "cuda_gemv_bench: cuBLAS could not be set up\n");
+          std::exit(1);
+        }
+        loom::Register(ctx);
+      });
+  if (ctx.cublas != nullptr) {
+    cublasSetStream(ctx.cublas, nullptr);  // the benchmarks' stream is gone by now
+    cublasDestroy(ctx.cublas);
   }
-  benchmark::AddCustomContext("device", info.name);
-  benchmark::AddCustomContext("sm_count", std::to_string(info.sm_count));
-  benchmark::AddCustomContext("copy_GBps", std::to_string(ctx.copy_bytes_per_second / 1e9));
-  loom::Register(ctx);
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  cublasDestroy(ctx.cublas);
-  LOOM_CUDA_CHECK(cudaStreamDestroy(ctx.stream));
-  return 0;
+  return status;
 }

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "bench/kernels/cuda_bench_buffer.h"
+#include "bench/kernels/cuda_bench_util.h"
 #include "kernels/common/attention_args.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/paged_attention.h"
@@ -38,7 +38,6 @@ using bench::DeviceBuffer;
 using bench::Upload;
 
 constexpr double kPeakTflops = 790.0;
-constexpr int kLaunchesPerIteration = 5;
 constexpr int32_t kNumHeads = 32;
 constexpr int32_t kNumKvHeads = 8;
 constexpr int32_t kHeadDim = 128;
@@ -100,28 +99,12 @@ class PrefillBatch {
   double keys_seen_ = 0.0;
 };
 
-// Times `launch` (which queues one kernel on `stream` and returns its launch error) in batches
-// and sets the TFLOPs and peak_fraction counters for `flops` per launch.
+// Times `launch` (which queues one kernel on `stream` and returns its launch error) and sets
+// the TFLOPs and peak_fraction counters for `flops` per launch.
 void TimeLaunches(benchmark::State& state, double flops, cudaStream_t stream,
                   const std::function<cudaError_t()>& launch) {
-  cudaEvent_t start, stop;
-  LOOM_CUDA_CHECK(cudaEventCreate(&start));
-  LOOM_CUDA_CHECK(cudaEventCreate(&stop));
-  LOOM_CUDA_CHECK(launch());  // warm-up
-  double total_seconds = 0.0;
-  for (auto _ : state) {
-    LOOM_CUDA_CHECK(cudaEventRecord(start, stream));
-    for (int i = 0; i < kLaunchesPerIteration; ++i) LOOM_CUDA_CHECK(launch());
-    LOOM_CUDA_CHECK(cudaEventRecord(stop, stream));
-    LOOM_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0.0f;
-    LOOM_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    const double seconds = ms * 1e-3 / kLaunchesPerIteration;
-    state.SetIterationTime(seconds);
-    total_seconds += seconds;
-  }
-  LOOM_CUDA_CHECK(cudaEventDestroy(start));
-  LOOM_CUDA_CHECK(cudaEventDestroy(stop));
+  const double total_seconds =
+      bench::TimeLaunches(state, stream, 1, [&](int) { return launch(); });
   const double tflops = flops * state.iterations() / total_seconds / 1e12;
   state.counters["TFLOPs"] = tflops;
   state.counters["peak_fraction"] = tflops / kPeakTflops;
@@ -174,21 +157,9 @@ void Register(cudaStream_t stream) {
 }  // namespace loom
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (!loom::cuda::CudaDeviceAvailable()) {
-    std::printf("cuda_prefill_attention_bench: no CUDA device; nothing to measure\n");
-    return 0;
-  }
-  loom::cuda::CudaDeviceInfo info;
-  LOOM_CUDA_CHECK(loom::cuda::QueryCudaDevice(0, &info));
-  cudaStream_t stream = nullptr;
-  LOOM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  benchmark::AddCustomContext("device", info.name);
-  benchmark::AddCustomContext("sm_count", std::to_string(info.sm_count));
-  benchmark::AddCustomContext("peak_tflops_reference", std::to_string(loom::kPeakTflops));
-  loom::Register(stream);
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  LOOM_CUDA_CHECK(cudaStreamDestroy(stream));
-  return 0;
+  return loom::bench::RunCudaBenchmarks(
+      argc, argv, "cuda_prefill_attention_bench", [](const loom::bench::CudaBench& device) {
+        benchmark::AddCustomContext("peak_tflops_reference", std::to_string(loom::kPeakTflops));
+        loom::Register(device.stream);
+      });
 }
