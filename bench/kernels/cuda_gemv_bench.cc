@@ -1,6 +1,6 @@
-// Memory bandwidth of the decode-sized matmuls on CUDA: the dense-weight GEMV
-// (kernels/cuda/dense_gemv.h) for bf16 and f16 weights beside what the backend used before it
-// (the input rounded to 16 bits by ConvertRows, then cublasGemmEx), and the kernels for
+// Memory bandwidth of the decode-sized matmuls on CUDA: the dense-weight GEMV and its
+// tensor-core variant (kernels/cuda/dense_gemv.h) for bf16 and f16 weights beside cuBLAS (the
+// input rounded to 16 bits by ConvertRows, then cublasGemmEx), and the kernels for
 // block-quantized weights (kernels/cuda/quant_matmul.h): the GEMV for every format, and the
 // dequantization of a weight tile to bf16 that larger batches feed to cuBLAS. The shapes are
 // Llama-3-8B's matrices (and the 1.1B shape's, which the engine benchmark runs).
@@ -23,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <cublas_v2.h>
@@ -93,9 +94,13 @@ void BenchDequantize(benchmark::State& state, const BenchContext& ctx, DType dty
   });
 }
 
-// The same product with dense weights: the GEMV kernel, or (cublas) the input rounded to the
-// weights' type and cublasGemmEx with f32 accumulation and output, as CudaOps ran it before.
-void BenchDenseGemv(benchmark::State& state, const BenchContext& ctx, DType dtype, bool cublas) {
+// How a dense-weight product runs: the GEMV kernel, its tensor-core variant, or the input
+// rounded to the weights' type and cublasGemmEx with f32 accumulation and output (CudaOps's path
+// for more than one row).
+enum class DensePath { kGemv, kGemvMma, kCublas };
+
+void BenchDenseGemv(benchmark::State& state, const BenchContext& ctx, DType dtype,
+                    DensePath path) {
   const int32_t rows = static_cast<int32_t>(state.range(0));
   const int32_t out = static_cast<int32_t>(state.range(1));
   const int32_t in = static_cast<int32_t>(state.range(2));
@@ -105,9 +110,13 @@ void BenchDenseGemv(benchmark::State& state, const BenchContext& ctx, DType dtyp
   const double bytes = double(weight_bytes) + 4.0 * rows * (double(in) + out);
   const cudaDataType type = dtype == DType::kBF16 ? CUDA_R_16BF : CUDA_R_16F;
   TimeLaunches(state, bytes, ctx, weights, [&](const void* w) {
-    if (!cublas) {
+    if (path == DensePath::kGemv) {
       return cuda::DenseGemv(x.as<float>(), in, rows, w, dtype, out, in, nullptr, y.as<float>(),
                              out, ctx.stream);
+    }
+    if (path == DensePath::kGemvMma) {
+      return cuda::DenseGemvMma(x.as<float>(), in, rows, w, dtype, out, in, nullptr,
+                                y.as<float>(), out, ctx.stream);
     }
     const cudaError_t converted =
         cuda::ConvertRows(x.as<float>(), in, rows, in, dtype, x16.as<void>(), ctx.stream);
@@ -121,13 +130,15 @@ void BenchDenseGemv(benchmark::State& state, const BenchContext& ctx, DType dtyp
 }
 
 void Register(const BenchContext& ctx) {
+  const std::pair<DensePath, const char*> paths[] = {{DensePath::kGemv, "DenseGemv/"},
+                                                     {DensePath::kGemvMma, "DenseGemvMma/"},
+                                                     {DensePath::kCublas, "CublasGemv/"}};
   for (DType dtype : {DType::kBF16, DType::kF16}) {
-    for (bool cublas : {false, true}) {
-      const std::string name = std::string(cublas ? "CublasGemv/" : "DenseGemv/") +
-                               std::string(DTypeName(dtype));
+    for (const auto& [path, prefix] : paths) {
+      const std::string name = prefix + std::string(DTypeName(dtype));
       benchmark::RegisterBenchmark(
           name.c_str(),
-          [&ctx, dtype, cublas](benchmark::State& s) { BenchDenseGemv(s, ctx, dtype, cublas); })
+          [&ctx, dtype, path](benchmark::State& s) { BenchDenseGemv(s, ctx, dtype, path); })
           ->UseManualTime()
           ->Unit(benchmark::kMicrosecond)
           ->ArgNames({"rows", "out", "in"})
@@ -141,6 +152,8 @@ void Register(const BenchContext& ctx) {
           ->Args({1, 128256, 4096})   // 8B: LM head
           ->Args({2, 14336, 4096})
           ->Args({4, 14336, 4096})
+          ->Args({8, 2048, 2048})
+          ->Args({8, 5632, 2048})
           ->Args({8, 14336, 4096})
           ->Args({8, 4096, 14336});
     }

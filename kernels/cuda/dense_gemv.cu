@@ -121,6 +121,99 @@ cudaError_t LaunchForRows(const GemvParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// ---- DenseGemvMma: the tensor-core variant for 2 to 8 rows ----
+
+constexpr int kMmaWarps = 8;
+constexpr int kMmaThreads = kMmaWarps * 32;
+constexpr int kMmaFeatures = 16;  // one m16 tile of output features per block
+constexpr int kMmaChunk = 32;     // reduction elements per warp step: two k16 MMAs
+constexpr int kMmaUnroll = 4;     // chunks whose weights a warp loads before its first MMA
+
+// x[e .. e + 8) rounded to W's type, as four pairs (the lower element in the low half).
+template <typename W>
+__device__ __forceinline__ void LoadXPairs(const float* x, uint32_t (&out)[4]) {
+  const float4 lo = *reinterpret_cast<const float4*>(x);
+  const float4 hi = *reinterpret_cast<const float4*>(x + 4);
+  out[0] = internal::PackPairTo<W>(lo.x, lo.y);
+  out[1] = internal::PackPairTo<W>(lo.z, lo.w);
+  out[2] = internal::PackPairTo<W>(hi.x, hi.y);
+  out[3] = internal::PackPairTo<W>(hi.z, hi.w);
+}
+
+// Lane (g = lane / 4, c = lane % 4) loads elements [8c, 8c + 8) of each 32-element chunk of
+// weight rows g and g + 8 and of x row g, and feeds them to two MMAs with the reduction index
+// permuted: MMA column 2c + j is element 8c + j of the chunk and column 2c + 8 + j element
+// 8c + 2 + j (the first MMA; the second takes 8c + 4 .. 8c + 7 the same way). A and B use the
+// same permutation, so the sum is the plain dot product (mma_inl.cuh has the fragment layouts).
+template <typename W>
+__device__ __forceinline__ void MmaChunk(const uint4& wa, const uint4& wb, const float* x,
+                                         bool has_x, float (&acc)[4]) {
+  uint32_t xb[4] = {0, 0, 0, 0};
+  if (has_x) LoadXPairs<W>(x, xb);
+  const uint32_t a_lo[4] = {wa.x, wb.x, wa.y, wb.y};
+  const uint32_t a_hi[4] = {wa.z, wb.z, wa.w, wb.w};
+  internal::MmaM16N8K16<W>(acc, a_lo, xb[0], xb[1]);
+  internal::MmaM16N8K16<W>(acc, a_hi, xb[2], xb[3]);
+}
+
+template <typename W>
+__global__ void __launch_bounds__(kMmaThreads) DenseGemvMmaKernel(GemvParams p) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  const int g = lane >> 2, c = lane & 3;
+  const int64_t f0 = int64_t{blockIdx.x} * kMmaFeatures;
+  const W* weight = static_cast<const W*>(p.weight);
+  // Features past the end read the last row (valid memory) and are not written.
+  const int64_t last = p.out_features - 1;
+  const W* row_a = weight + std::min<int64_t>(f0 + g, last) * p.in_features + 8 * c;
+  const W* row_b = weight + std::min<int64_t>(f0 + g + 8, last) * p.in_features + 8 * c;
+  const bool has_x = g < p.num_rows;
+  const float* x_row = p.x + (has_x ? g : 0) * p.x_stride + 8 * c;
+  float acc[4] = {};
+  const int32_t num_chunks = p.in_features / kMmaChunk;
+  int32_t chunk = warp;
+  for (; chunk + (kMmaUnroll - 1) * kMmaWarps < num_chunks; chunk += kMmaUnroll * kMmaWarps) {
+    uint4 wa[kMmaUnroll], wb[kMmaUnroll];
+#pragma unroll
+    for (int u = 0; u < kMmaUnroll; ++u) {
+      const int64_t offset = int64_t{chunk + u * kMmaWarps} * kMmaChunk;
+      wa[u] = *reinterpret_cast<const uint4*>(row_a + offset);
+      wb[u] = *reinterpret_cast<const uint4*>(row_b + offset);
+    }
+#pragma unroll
+    for (int u = 0; u < kMmaUnroll; ++u) {
+      const int64_t offset = int64_t{chunk + u * kMmaWarps} * kMmaChunk;
+      MmaChunk<W>(wa[u], wb[u], x_row + offset, has_x, acc);
+    }
+  }
+  for (; chunk < num_chunks; chunk += kMmaWarps) {
+    const int64_t offset = int64_t{chunk} * kMmaChunk;
+    MmaChunk<W>(*reinterpret_cast<const uint4*>(row_a + offset),
+                *reinterpret_cast<const uint4*>(row_b + offset), x_row + offset, has_x, acc);
+  }
+
+  // acc[0..1]: feature g, x rows 2c and 2c + 1; acc[2..3]: feature g + 8, the same rows.
+  __shared__ float partial[kMmaWarps][kMmaFeatures][kDenseGemvMaxRows];
+  partial[warp][g][2 * c] = acc[0];
+  partial[warp][g][2 * c + 1] = acc[1];
+  partial[warp][g + 8][2 * c] = acc[2];
+  partial[warp][g + 8][2 * c + 1] = acc[3];
+  __syncthreads();
+  if (threadIdx.x < kMmaFeatures * kDenseGemvMaxRows) {
+    const int f = static_cast<int>(threadIdx.x) / kDenseGemvMaxRows;
+    const int r = static_cast<int>(threadIdx.x) % kDenseGemvMaxRows;
+    const int64_t o = f0 + f;
+    if (r < p.num_rows && o < p.out_features) {
+      float sum = partial[0][f][r];
+#pragma unroll
+      for (int w = 1; w < kMmaWarps; ++w) sum += partial[w][f][r];
+      p.y[r * p.y_stride + o] = p.bias != nullptr ? sum + p.bias[o] : sum;
+    }
+  }
+}
+
+bool Aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
 }  // namespace
 
 cudaError_t DenseGemv(const float* x, int64_t x_stride, int32_t num_rows, const void* weight,
@@ -145,6 +238,27 @@ cudaError_t DenseGemv(const float* x, int64_t x_stride, int32_t num_rows, const 
     if (out_features >= 1024) return LaunchForRows<W, kVec, 2>(p, stream);
     return LaunchForRows<W, kVec, 1>(p, stream);
   });
+}
+
+cudaError_t DenseGemvMma(const float* x, int64_t x_stride, int32_t num_rows, const void* weight,
+                         DType dtype, int32_t out_features, int32_t in_features,
+                         const float* bias, float* y, int64_t y_stride, cudaStream_t stream) {
+  if ((dtype != DType::kBF16 && dtype != DType::kF16) || num_rows < 0 ||
+      num_rows > kDenseGemvMaxRows || out_features < 0 || in_features < 0 ||
+      in_features % kMmaChunk != 0 || !Aligned16(weight) || !Aligned16(x) ||
+      (num_rows > 1 && (x_stride < in_features || x_stride % 4 != 0 || y_stride < out_features))) {
+    return cudaErrorInvalidValue;
+  }
+  if (num_rows == 0 || out_features == 0) return cudaSuccess;
+  const GemvParams p{x, x_stride, num_rows, weight, out_features, in_features, bias, y, y_stride};
+  const unsigned blocks =
+      static_cast<unsigned>((int64_t{out_features} + kMmaFeatures - 1) / kMmaFeatures);
+  if (dtype == DType::kBF16) {
+    DenseGemvMmaKernel<__nv_bfloat16><<<blocks, kMmaThreads, 0, stream>>>(p);
+  } else {
+    DenseGemvMmaKernel<__half><<<blocks, kMmaThreads, 0, stream>>>(p);
+  }
+  return cudaGetLastError();
 }
 
 }  // namespace loom::cuda

@@ -54,4 +54,20 @@ cudaError_t DenseGemv(const float* x, int64_t x_stride, int32_t num_rows, const 
                       DType dtype, int32_t out_features, int32_t in_features, const float* bias,
                       float* y, int64_t y_stride, cudaStream_t stream);
 
+// The tensor-core variant, for bf16 and f16 weights: x is rounded to the weights' type (as the
+// cuBLAS path rounds it) and multiplied with mma.m16n8k16, the x rows as the MMA's 8 columns, so
+// each weight element is one operand of an MMA whatever the rows, and x is read once per 16
+// features instead of once per feature. A block of 8 warps owns 16 output features; the warps
+// split the reduction in chunks of 32 elements, each lane loading 16 bytes of two weight rows
+// per chunk. The source loads 4 chunks ahead; ptxas interleaves those loads with the MMAs (about
+// 2 chunks in flight per warp in the machine code), so large matrices rely on the other resident
+// blocks (5 per SM by registers) for the rest. Needs in_features a multiple of 32, weight and x
+// 16-byte aligned and x_stride a multiple of 4 (when num_rows > 1); returns cudaErrorInvalidValue
+// otherwise, and for other dtypes or more than kDenseGemvMaxRows rows. CudaOps does not use it
+// yet: it has not run on hardware (tests/gpu/dense_gemv_test.cc and cuda_gemv_bench measure it
+// there, against cuBLAS, for the 2-8 rows the kernel above is slow on).
+cudaError_t DenseGemvMma(const float* x, int64_t x_stride, int32_t num_rows, const void* weight,
+                         DType dtype, int32_t out_features, int32_t in_features,
+                         const float* bias, float* y, int64_t y_stride, cudaStream_t stream);
+
 }  // namespace loom::cuda

@@ -4,11 +4,14 @@
 // and 4) with a partial last block; reductions shorter than one pass of the block, several
 // passes and a remainder; the vector path and the one-element path (a reduction that is not a
 // whole number of vectors, an x that starts one float off 16-byte alignment); strided x and y,
-// bias on and off, and y's padding left untouched. The argument checks run without a device.
+// bias on and off, and y's padding left untouched. The same for the tensor-core variant
+// (DenseGemvMma, 16-bit weights) against the reference on x rounded to the weights' type. The
+// argument checks run without a device.
 //
 // Tolerance: 2e-5 of max(1, max |reference|). The kernel sums in f32 in another order; a wrong
 // element, row or bias moves outputs by about the size of a product.
 #include <cstdint>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -87,6 +90,55 @@ TEST_P(DenseGemvTest, MatchesReference) {
   }
 }
 
+// The tensor-core variant: x rounded to the weights' type (the reference rounds it the same way),
+// every row count, features in whole and partial 16-tiles, reductions of one chunk (32), fewer
+// chunks than warps, several unrolled passes and a remainder, strided x and y, bias on and off.
+TEST_P(DenseGemvTest, MmaMatchesReference) {
+  const DType dtype = GetParam();
+  if (dtype == DType::kF32) GTEST_SKIP() << "the tensor-core variant takes 16-bit weights";
+  std::mt19937 rng(19);
+  const GemvCase cases[] = {
+      {1, 16, 32, 0, true},      {2, 2048, 2048, 0, false}, {3, 37, 5632, 0, true},
+      {4, 4099, 4096, 0, false}, {5, 256, 96, 0, true},     {6, 1000, 1056, 0, false},
+      {7, 5, 14336, 0, true},    {8, 4103, 4096, 0, true},  {8, 16, 1024, 0, false},
+  };
+  for (const GemvCase& c : cases) {
+    SCOPED_TRACE(testing::Message() << DTypeName(dtype) << " rows=" << c.rows << " out=" << c.out
+                                    << " in=" << c.in << " bias=" << c.bias);
+    const int64_t x_stride = c.in + (c.rows % 2 == 0 ? 8 : 0);
+    const int64_t y_stride = c.out + 3;
+    const std::vector<float> x = RandomFloats(size_t(c.rows) * x_stride, rng);
+    const std::vector<uint8_t> w_bytes =
+        AsDType(RandomFloats(size_t(c.out) * c.in, rng, 0.05f), dtype);
+    const std::vector<float> bias = RandomFloats(size_t(c.out), rng);
+    std::vector<float> want(size_t(c.rows) * y_stride, kSentinel);
+    for (int32_t r = 0; r < c.rows; ++r) {
+      for (int32_t o = 0; o < c.out; ++o) {
+        double sum = c.bias ? bias[o] : 0.0;
+        for (int32_t i = 0; i < c.in; ++i) {
+          uint8_t rounded[2];
+          StoreFromF32(rounded, dtype, 0, x[r * x_stride + i]);
+          sum += double(LoadAsF32(rounded, dtype, 0)) *
+                 double(LoadAsF32(w_bytes.data(), dtype, int64_t{o} * c.in + i));
+        }
+        want[r * y_stride + o] = static_cast<float>(sum);
+      }
+    }
+    DeviceArray<uint8_t> d_w(w_bytes);
+    DeviceArray<float> d_x(x), d_bias(bias), d_y(std::vector<float>(want.size(), kSentinel));
+    ASSERT_EQ(cuda::DenseGemvMma(d_x.get(), x_stride, c.rows, d_w.get(), dtype, c.out, c.in,
+                                 c.bias ? d_bias.get() : nullptr, d_y.get(), y_stride, nullptr),
+              cudaSuccess);
+    const std::vector<float> got = d_y.ToHost();
+    EXPECT_LT(MaxRelDiff(got, want), kTolerance);
+    for (int32_t r = 0; r < c.rows; ++r) {
+      for (int64_t col = c.out; col < y_stride; ++col) {
+        ASSERT_EQ(got[r * y_stride + col], kSentinel) << "row " << r << " column " << col;
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, DenseGemvTest,
                          ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
                          [](const auto& info) { return std::string(DTypeName(info.param)); });
@@ -107,6 +159,26 @@ TEST(DenseGemvLaunch, RejectsBadArguments) {
             cudaErrorInvalidValue);
   EXPECT_EQ(cuda::DenseGemv(p, 8, -1, p, DType::kF32, 4, 8, nullptr, p, 4, nullptr),
             cudaErrorInvalidValue);
+  // The tensor-core variant: 16-bit weights, whole 32-element chunks, aligned operands.
+  auto* aligned = reinterpret_cast<float*>(uintptr_t{256});
+  EXPECT_EQ(cuda::DenseGemvMma(aligned, 64, 2, aligned, DType::kF32, 4, 64, nullptr, aligned, 4,
+                               nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::DenseGemvMma(aligned, 48, 2, aligned, DType::kBF16, 4, 48, nullptr, aligned, 4,
+                               nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::DenseGemvMma(aligned + 1, 64, 2, aligned, DType::kBF16, 4, 64, nullptr,
+                               aligned, 4, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::DenseGemvMma(aligned, 66, 2, aligned, DType::kF16, 4, 64, nullptr, aligned, 4,
+                               nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::DenseGemvMma(aligned, 64, 9, aligned, DType::kF16, 4, 64, nullptr, aligned, 4,
+                               nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::DenseGemvMma(aligned, 64, 0, aligned, DType::kF16, 4, 64, nullptr, aligned, 4,
+                               nullptr),
+            cudaSuccess);
   // Nothing to compute: no launch, so null pointers are never touched.
   EXPECT_EQ(cuda::DenseGemv(p, 8, 0, p, DType::kF32, 4, 8, nullptr, p, 4, nullptr), cudaSuccess);
   EXPECT_EQ(cuda::DenseGemv(p, 8, 3, p, DType::kF32, 0, 8, nullptr, p, 0, nullptr), cudaSuccess);
