@@ -12,7 +12,9 @@ per length (median over --repeats):
     that context: a move costs about one step more than usual);
   - stages and blocks copied;
   - neighbour_itl_ratio: the neighbour's median inter-token time while the migration ran over
-    its median in the 0.6 s before, when both requests decoded together (1.0 = no slowdown).
+    its median in the 0.6 s before, when both requests decoded together (1.0 = no slowdown);
+  - neighbour_max_gap_ms: the neighbour's longest inter-token time while the migration ran (a
+    long step of the source's loop, which the median hides).
 
   python3 bench/cluster/migration_downtime.py --loomd build/cpu-release/bin/loomd \
       --model build/models/SmolLM2-135M-Instruct.Q4_1.gguf --lengths 256,1024,2048,4096 \
@@ -92,6 +94,9 @@ def measure(a, b, length, args):
                                    default=float("nan")),
         "neighbour_itl_ratio": (statistics.median(during) / statistics.median(before)
                                 if during and before else float("nan")),
+        # The neighbour's longest pause while the move ran: a stall of the source's loop (one
+        # long step) that the median above does not show.
+        "neighbour_max_gap_ms": 1e3 * max(during, default=float("nan")),
         "migrate_call_ms": 1e3 * (window.get("end", 0) - window.get("start", 0)),
     }
 
@@ -120,15 +125,16 @@ def main():
             runs = [measure(a, b, length, args) for _ in range(args.repeats)]
             ok = [r for r in runs if r["outcome"] == "committed"]
             row = {"length": length, "runs": runs, "committed": len(ok)}
-            for key in ("downtime_ms", "client_gap_ms", "itl_ms", "neighbour_itl_ratio", "blocks",
-                        "stages"):
+            for key in ("downtime_ms", "client_gap_ms", "itl_ms", "neighbour_itl_ratio",
+                        "neighbour_max_gap_ms", "blocks", "stages"):
                 row[key] = statistics.median(r[key] for r in ok) if ok else float("nan")
             rows.append(row)
             print(f"length {length:6d}: downtime {row['downtime_ms']:7.1f} ms, client gap "
                   f"{row['client_gap_ms']:7.1f} ms (ITL {row['itl_ms']:5.1f} ms), {row['blocks']} "
                   f"blocks in {row['stages']} "
-                  f"stages, neighbour ITL x{row['neighbour_itl_ratio']:.2f} "
-                  f"({len(ok)}/{len(runs)} committed)", flush=True)
+                  f"stages, neighbour ITL x{row['neighbour_itl_ratio']:.2f}, its longest gap "
+                  f"{row['neighbour_max_gap_ms']:.1f} ms ({len(ok)}/{len(runs)} committed)",
+                  flush=True)
     finally:
         a.stop()
         b.stop()
