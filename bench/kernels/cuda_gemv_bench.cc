@@ -57,9 +57,9 @@ std::vector<std::unique_ptr<DeviceBuffer>> WeightCopies(size_t bytes, const Benc
 }
 
 // Times launch(w) over the weight copies in turn, with the counters for `bytes` per launch.
-void TimeLaunches(benchmark::State& state, double bytes, const BenchContext& ctx,
-                  const std::vector<std::unique_ptr<DeviceBuffer>>& weights,
-                  const std::function<cudaError_t(const void*)>& launch) {
+void TimeWeights(benchmark::State& state, double bytes, const BenchContext& ctx,
+                 const std::vector<std::unique_ptr<DeviceBuffer>>& weights,
+                 const std::function<cudaError_t(const void*)>& launch) {
   bench::TimeCopies(state, ctx, bytes, static_cast<int>(weights.size()),
                     [&](int copy) { return launch(weights[copy]->as<void>()); });
 }
@@ -73,7 +73,7 @@ void BenchGemv(benchmark::State& state, const BenchContext& ctx, DType dtype) {
   const auto weights = WeightCopies(weight_bytes, ctx);
   DeviceBuffer x(size_t(rows) * in * 4), y(size_t(rows) * out * 4);
   const double bytes = double(weight_bytes) + 4.0 * rows * (double(in) + out);
-  TimeLaunches(state, bytes, ctx, weights, [&](const void* w) {
+  TimeWeights(state, bytes, ctx, weights, [&](const void* w) {
     return cuda::QuantGemv(x.as<float>(), in, rows, w, dtype, out, in, nullptr, y.as<float>(),
                            out, ctx.stream);
   });
@@ -88,7 +88,7 @@ void BenchDequantize(benchmark::State& state, const BenchContext& ctx, DType dty
   const auto weights = WeightCopies(weight_bytes, ctx);
   DeviceBuffer tile(size_t(rows) * in * 2);
   const double bytes = double(weight_bytes) + 2.0 * rows * in;
-  TimeLaunches(state, bytes, ctx, weights, [&](const void* w) {
+  TimeWeights(state, bytes, ctx, weights, [&](const void* w) {
     return cuda::DequantizeRows(w, dtype, 0, rows, in, DType::kBF16, tile.as<void>(),
                                 ctx.stream);
   });
@@ -109,7 +109,7 @@ void BenchDenseGemv(benchmark::State& state, const BenchContext& ctx, DType dtyp
   DeviceBuffer x(size_t(rows) * in * 4), x16(size_t(rows) * in * 2), y(size_t(rows) * out * 4);
   const double bytes = double(weight_bytes) + 4.0 * rows * (double(in) + out);
   const cudaDataType type = dtype == DType::kBF16 ? CUDA_R_16BF : CUDA_R_16F;
-  TimeLaunches(state, bytes, ctx, weights, [&](const void* w) {
+  TimeWeights(state, bytes, ctx, weights, [&](const void* w) {
     if (path == DensePath::kGemv) {
       return cuda::DenseGemv(x.as<float>(), in, rows, w, dtype, out, in, nullptr, y.as<float>(),
                              out, ctx.stream);

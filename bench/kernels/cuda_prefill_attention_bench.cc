@@ -101,8 +101,8 @@ class PrefillBatch {
 
 // Times `launch` (which queues one kernel on `stream` and returns its launch error) and sets
 // the TFLOPs and peak_fraction counters for `flops` per launch.
-void TimeLaunches(benchmark::State& state, double flops, cudaStream_t stream,
-                  const std::function<cudaError_t()>& launch) {
+void TimeFlops(benchmark::State& state, double flops, cudaStream_t stream,
+               const std::function<cudaError_t()>& launch) {
   const double total_seconds =
       bench::TimeLaunches(state, stream, 1, [&](int) { return launch(); });
   const double tflops = flops * state.iterations() / total_seconds / 1e12;
@@ -116,7 +116,7 @@ void BenchPrefill(benchmark::State& state, cudaStream_t stream) {
                            static_cast<int32_t>(state.range(1)),
                            static_cast<int32_t>(state.range(2)));
   state.counters["tokens"] = batch.num_tokens();
-  TimeLaunches(state, batch.flops(), stream, [&] {
+  TimeFlops(state, batch.flops(), stream, [&] {
     return cuda::PrefillAttention(batch.args(), batch.num_tokens(), stream);
   });
 }
@@ -126,7 +126,7 @@ void BenchPagedAttention(benchmark::State& state, cudaStream_t stream) {
                            static_cast<int32_t>(state.range(1)),
                            static_cast<int32_t>(state.range(2)));
   state.counters["tokens"] = batch.num_tokens();
-  TimeLaunches(state, batch.flops(), stream, [&] {
+  TimeFlops(state, batch.flops(), stream, [&] {
     return cuda::PagedAttention(batch.args(), batch.num_tokens(), stream);
   });
 }

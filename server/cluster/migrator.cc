@@ -17,7 +17,7 @@ namespace {
 constexpr int64_t kMaxPushBytes = int64_t{2} << 20;
 // Bytes one pre-copy round exports and holds at once (a stage may take several rounds). A round
 // is copied inside one step of the source's loop, which every running request waits for: at
-// 64 MiB a 2K-4K-token request's first round paused the loop for 50-175 ms (fresh memory faulted
+// 64 MiB a 2K-4K-token request's first round paused the loop for 50-240 ms (fresh memory faulted
 // in page by page); at 8 MiB the longest pause other requests saw was 20-40 ms against a 13-20 ms
 // step (bench/results/cluster.md).
 constexpr int64_t kMaxStageBytes = int64_t{8} << 20;

@@ -53,9 +53,7 @@ void Observe(LocalExecutor& executor, LogitMap& logits) {
 }
 
 // NaN-safe; a size mismatch is an infinite difference.
-float MaxDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  return test::MaxAbsDiff(a, b);
-}
+using test::MaxAbsDiff;
 
 // A 40 + steps token prompt computed as a 40-token prefill (two full blocks and a partial one)
 // and then one token per step, like decodes; returns the logits of positions 39.. so every
@@ -107,7 +105,7 @@ TEST(KvLowBitTest, EveryFormatRunsNearTheBf16Cache) {
     const auto got = DecodeLogits(Config(c.dtype, c.per_token, c.residual), 24);
     ASSERT_EQ(got.size(), want.size());
     float err = 0;
-    for (size_t i = 0; i < got.size(); ++i) err = std::max(err, MaxDiff(got[i], want[i]));
+    for (size_t i = 0; i < got.size(); ++i) err = std::max(err, MaxAbsDiff(got[i], want[i]));
     EXPECT_LE(err, c.bound);
     EXPECT_GT(err, 0.0f) << "the format changed nothing: is it stored at all?";
     if (c.dtype == DType::kKvInt8 && !c.per_token) int8_err = err;
@@ -128,8 +126,8 @@ TEST(KvLowBitTest, TheResidualWindowKeepsTheNewestTokensInBf16) {
   ASSERT_EQ(got.size(), want.size());
   ASSERT_EQ(rotated.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_EQ(MaxDiff(got[i], want[i]), 0.0f) << i;
-    EXPECT_LE(MaxDiff(rotated[i], want[i]), 0.3f) << i;  // bf16 vs f16 caches differ by ~0.05
+    EXPECT_EQ(MaxAbsDiff(got[i], want[i]), 0.0f) << i;
+    EXPECT_LE(MaxAbsDiff(rotated[i], want[i]), 0.3f) << i;  // bf16 vs f16 caches differ by ~0.05
   }
 }
 
@@ -142,7 +140,7 @@ TEST(KvLowBitTest, TheHadamardRotationCutsTheErrorOfCoarseGroups) {
   auto error = [&](bool hadamard) {
     const auto got = DecodeLogits(Config(DType::kKvInt2, true, 0, hadamard), 24);
     float err = 0;
-    for (size_t i = 0; i < got.size(); ++i) err = std::max(err, MaxDiff(got[i], want[i]));
+    for (size_t i = 0; i < got.size(); ++i) err = std::max(err, MaxAbsDiff(got[i], want[i]));
     return err;
   };
   // Measured 6.50 rotated against 7.02 plain (the 40-token prefill attends to itself in bf16, so
@@ -185,7 +183,7 @@ TEST(KvLowBitTest, ASequenceDoesNotDependOnItsBatch) {
     }
     for (int32_t p = 36; p < 57; ++p) {
       ASSERT_TRUE(alone.contains({1, p}) && batched.contains({1, p})) << p;
-      EXPECT_EQ(MaxDiff(alone[{1, p}], batched[{1, p}]), 0.0f) << "position " << p;
+      EXPECT_EQ(MaxAbsDiff(alone[{1, p}], batched[{1, p}]), 0.0f) << "position " << p;
     }
   }
 }
@@ -223,8 +221,8 @@ TEST(KvLowBitTest, APrefixHitReadsThePackedBlocksAChunkedPrefillWould) {
     for (int32_t p = 32; p < 40; ++p) {
       ASSERT_TRUE(logits.contains({2, p}) && logits.contains({3, p}) && logits.contains({4, p}))
           << p;
-      EXPECT_EQ(MaxDiff(logits[{2, p}], logits[{3, p}]), 0.0f) << "position " << p;
-      one_step_diff = std::max(one_step_diff, MaxDiff(logits[{2, p}], logits[{4, p}]));
+      EXPECT_EQ(MaxAbsDiff(logits[{2, p}], logits[{3, p}]), 0.0f) << "position " << p;
+      one_step_diff = std::max(one_step_diff, MaxAbsDiff(logits[{2, p}], logits[{4, p}]));
     }
     EXPECT_GT(one_step_diff, 0.0f) << "a one-step prefill reads its own blocks 0-1 in bf16";
   }
@@ -255,7 +253,7 @@ TEST(KvLowBitTest, AForkOfAPartialBlockCarriesTheTail) {
       fork.block_copies = {{BlockId(2), BlockId(9)}};
       fork.continuing.push_back({SequenceId(1), {}, 1});
       MustExecute(*executor, fork);
-      EXPECT_EQ(MaxDiff(logits[{2, 40}], logits[{1, 40}]), 0.0f);
+      EXPECT_EQ(MaxAbsDiff(logits[{2, 40}], logits[{1, 40}]), 0.0f);
     } else {
       // Without a copy, the partial block has no tail to come from: refused, state unchanged.
       absl::StatusOr<StepResult> refused = executor->Execute(fork);

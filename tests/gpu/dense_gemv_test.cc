@@ -39,19 +39,16 @@ struct GemvCase {
   bool bias;
 };
 
-class DenseGemvTest : public gpu_test::GpuTest,
-                      public ::testing::WithParamInterface<DType> {};
+// DenseGemv and DenseGemvMma take the same arguments.
+using Launcher = cudaError_t (*)(const float*, int64_t, int32_t, const void*, DType, int32_t,
+                                 int32_t, const float*, float*, int64_t, cudaStream_t);
 
-TEST_P(DenseGemvTest, MatchesReference) {
-  const DType dtype = GetParam();
-  std::mt19937 rng(17);
-  const GemvCase cases[] = {
-      {1, 67, 2048, 0, true},     {1, 4099, 4096, 0, false},  {1, 1030, 1000, 0, true},
-      {2, 259, 5632, 0, false},   {3, 1024, 96, 0, true},     {4, 4096, 2048, 0, true},
-      {5, 33, 14336, 0, false},   {6, 2047, 520, 1, true},    {7, 5000, 1032, 0, false},
-      {8, 4103, 4096, 0, true},   {8, 1, 8, 0, false},        {1, 300, 1001, 1, false},
-      {2, 4096, 24, 0, true},
-  };
+// Runs `launch` on every case and checks it against an f32 matmul in double over the stored
+// weights (with x rounded to the weights' type first when `round_x`), and that y's padding is
+// untouched.
+void ExpectMatchesReference(Launcher launch, DType dtype, const std::vector<GemvCase>& cases,
+                            uint32_t seed, bool round_x) {
+  std::mt19937 rng(seed);
   for (const GemvCase& c : cases) {
     SCOPED_TRACE(testing::Message() << DTypeName(dtype) << " rows=" << c.rows << " out=" << c.out
                                     << " in=" << c.in << " x_offset=" << c.x_offset
@@ -60,25 +57,29 @@ TEST_P(DenseGemvTest, MatchesReference) {
     const int64_t y_stride = c.out + 3;
     const std::vector<float> x =
         RandomFloats(size_t(c.x_offset + int64_t{c.rows} * x_stride), rng);
-    const std::vector<float> w_values = RandomFloats(size_t(c.out) * c.in, rng, 0.05f);
-    const std::vector<uint8_t> w_bytes = AsDType(w_values, dtype);
+    const std::vector<uint8_t> w_bytes =
+        AsDType(RandomFloats(size_t(c.out) * c.in, rng, 0.05f), dtype);
     const std::vector<float> bias = RandomFloats(size_t(c.out), rng);
     std::vector<float> want(size_t(c.rows) * y_stride, kSentinel);
     for (int32_t r = 0; r < c.rows; ++r) {
       for (int32_t o = 0; o < c.out; ++o) {
         double sum = c.bias ? bias[o] : 0.0;
         for (int32_t i = 0; i < c.in; ++i) {
-          sum += double(x[c.x_offset + r * x_stride + i]) *
-                 double(LoadAsF32(w_bytes.data(), dtype, int64_t{o} * c.in + i));
+          float xi = x[c.x_offset + r * x_stride + i];
+          if (round_x) {
+            uint8_t rounded[4];
+            StoreFromF32(rounded, dtype, 0, xi);
+            xi = LoadAsF32(rounded, dtype, 0);
+          }
+          sum += double(xi) * double(LoadAsF32(w_bytes.data(), dtype, int64_t{o} * c.in + i));
         }
         want[r * y_stride + o] = static_cast<float>(sum);
       }
     }
     DeviceArray<uint8_t> d_w(w_bytes);
     DeviceArray<float> d_x(x), d_bias(bias), d_y(std::vector<float>(want.size(), kSentinel));
-    ASSERT_EQ(cuda::DenseGemv(d_x.get() + c.x_offset, x_stride, c.rows, d_w.get(), dtype, c.out,
-                              c.in, c.bias ? d_bias.get() : nullptr, d_y.get(), y_stride,
-                              nullptr),
+    ASSERT_EQ(launch(d_x.get() + c.x_offset, x_stride, c.rows, d_w.get(), dtype, c.out, c.in,
+                     c.bias ? d_bias.get() : nullptr, d_y.get(), y_stride, nullptr),
               cudaSuccess);
     const std::vector<float> got = d_y.ToHost();
     EXPECT_LT(MaxRelDiff(got, want), kTolerance);
@@ -90,53 +91,43 @@ TEST_P(DenseGemvTest, MatchesReference) {
   }
 }
 
+class DenseGemvTest : public gpu_test::GpuTest,
+                      public ::testing::WithParamInterface<DType> {};
+
+TEST_P(DenseGemvTest, MatchesReference) {
+  ExpectMatchesReference(&cuda::DenseGemv, GetParam(),
+                         {{1, 67, 2048, 0, true},
+                          {1, 4099, 4096, 0, false},
+                          {1, 1030, 1000, 0, true},
+                          {2, 259, 5632, 0, false},
+                          {3, 1024, 96, 0, true},
+                          {4, 4096, 2048, 0, true},
+                          {5, 33, 14336, 0, false},
+                          {6, 2047, 520, 1, true},
+                          {7, 5000, 1032, 0, false},
+                          {8, 4103, 4096, 0, true},
+                          {8, 1, 8, 0, false},
+                          {1, 300, 1001, 1, false},
+                          {2, 4096, 24, 0, true}},
+                         17, /*round_x=*/false);
+}
+
 // The tensor-core variant: x rounded to the weights' type (the reference rounds it the same way),
 // every row count, features in whole and partial 16-tiles, reductions of one chunk (32), fewer
 // chunks than warps, several unrolled passes and a remainder, strided x and y, bias on and off.
 TEST_P(DenseGemvTest, MmaMatchesReference) {
-  const DType dtype = GetParam();
-  if (dtype == DType::kF32) GTEST_SKIP() << "the tensor-core variant takes 16-bit weights";
-  std::mt19937 rng(19);
-  const GemvCase cases[] = {
-      {1, 16, 32, 0, true},      {2, 2048, 2048, 0, false}, {3, 37, 5632, 0, true},
-      {4, 4099, 4096, 0, false}, {5, 256, 96, 0, true},     {6, 1000, 1056, 0, false},
-      {7, 5, 14336, 0, true},    {8, 4103, 4096, 0, true},  {8, 16, 1024, 0, false},
-  };
-  for (const GemvCase& c : cases) {
-    SCOPED_TRACE(testing::Message() << DTypeName(dtype) << " rows=" << c.rows << " out=" << c.out
-                                    << " in=" << c.in << " bias=" << c.bias);
-    const int64_t x_stride = c.in + (c.rows % 2 == 0 ? 8 : 0);
-    const int64_t y_stride = c.out + 3;
-    const std::vector<float> x = RandomFloats(size_t(c.rows) * x_stride, rng);
-    const std::vector<uint8_t> w_bytes =
-        AsDType(RandomFloats(size_t(c.out) * c.in, rng, 0.05f), dtype);
-    const std::vector<float> bias = RandomFloats(size_t(c.out), rng);
-    std::vector<float> want(size_t(c.rows) * y_stride, kSentinel);
-    for (int32_t r = 0; r < c.rows; ++r) {
-      for (int32_t o = 0; o < c.out; ++o) {
-        double sum = c.bias ? bias[o] : 0.0;
-        for (int32_t i = 0; i < c.in; ++i) {
-          uint8_t rounded[2];
-          StoreFromF32(rounded, dtype, 0, x[r * x_stride + i]);
-          sum += double(LoadAsF32(rounded, dtype, 0)) *
-                 double(LoadAsF32(w_bytes.data(), dtype, int64_t{o} * c.in + i));
-        }
-        want[r * y_stride + o] = static_cast<float>(sum);
-      }
-    }
-    DeviceArray<uint8_t> d_w(w_bytes);
-    DeviceArray<float> d_x(x), d_bias(bias), d_y(std::vector<float>(want.size(), kSentinel));
-    ASSERT_EQ(cuda::DenseGemvMma(d_x.get(), x_stride, c.rows, d_w.get(), dtype, c.out, c.in,
-                                 c.bias ? d_bias.get() : nullptr, d_y.get(), y_stride, nullptr),
-              cudaSuccess);
-    const std::vector<float> got = d_y.ToHost();
-    EXPECT_LT(MaxRelDiff(got, want), kTolerance);
-    for (int32_t r = 0; r < c.rows; ++r) {
-      for (int64_t col = c.out; col < y_stride; ++col) {
-        ASSERT_EQ(got[r * y_stride + col], kSentinel) << "row " << r << " column " << col;
-      }
-    }
-  }
+  if (GetParam() == DType::kF32) GTEST_SKIP() << "the tensor-core variant takes 16-bit weights";
+  ExpectMatchesReference(&cuda::DenseGemvMma, GetParam(),
+                         {{1, 16, 32, 0, true},
+                          {2, 2048, 2048, 0, false},
+                          {3, 37, 5632, 0, true},
+                          {4, 4099, 4096, 0, false},
+                          {5, 256, 96, 0, true},
+                          {6, 1000, 1056, 0, false},
+                          {7, 5, 14336, 0, true},
+                          {8, 4103, 4096, 0, true},
+                          {8, 16, 1024, 0, false}},
+                         19, /*round_x=*/true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, DenseGemvTest,

@@ -258,8 +258,16 @@ class RelayLimitTest(unittest.TestCase):
             aborted = next(r for r in results if r.outcome == "aborted")
             self.assertIn("relay limit", aborted.reason)
             self.assertEqual(got, [reference, reference])
-            # Still serving, and a move is possible again once the relay has ended.
-            self.assertEqual(stream_completion(a, max_tokens=5)[1], "length")
+            # Still serving, and a move is possible again once the relay has ended (its thread
+            # gave its place back).
+            again = []
+
+            def on_chunk(i):
+                if i == 8:
+                    again.extend(a.migrate_out(b.grpc_address).results)
+
+            self.assertEqual(stream_completion(a, on_chunk=on_chunk, max_tokens=60)[1], "length")
+            self.assertEqual([r.outcome for r in again], ["committed"], again)
         finally:
             self.assertEqual(a.stop(), 0)
             self.assertEqual(b.stop(), 0)

@@ -4,12 +4,11 @@
 // Numerics. Activations stay f32 in device memory, as on the CPU. A Linear of one row (a batch-1
 // decode step) with f32, bf16 or f16 weights goes to the GEMV kernel (kernels/cuda/dense_gemv.h),
 // which keeps the input in f32 and sums in f32, as the CPU backend does. A larger one with bf16
-// or f16 weights first rounds its input rows to the weights' type
-// (one conversion shared by all the outputs of the call) and multiplies on the tensor cores with
-// f32 accumulation and f32 output (cublasGemmEx, CUBLAS_COMPUTE_32F); f32 weights multiply in
-// full f32. That rounding of the activations is the one difference from the CPU backend's f32
-// matmuls, worth ~3 significant digits per matmul input (the model-level tolerance of
-// tests/gpu/model_parity_test.cc).
+// or f16 weights first rounds its input rows to the weights' type (one conversion shared by all
+// the outputs of the call) and multiplies on the tensor cores with f32 accumulation and f32
+// output (cublasGemmEx, CUBLAS_COMPUTE_32F); f32 weights multiply in full f32. That rounding of
+// the activations is the one difference from the CPU backend's f32 matmuls, worth ~3 significant
+// digits per matmul input (the model-level tolerance of tests/gpu/model_parity_test.cc).
 // Block-quantized weights (q8_0 ... q6_k): up to cuda::kQuantGemvMaxRows input rows go to the
 // GEMV kernel (kernels/cuda/quant_matmul.h), which dequantizes in registers and keeps the input
 // in f32; larger batches round the input to bf16 and multiply tile by tile: kQuantTileBytes of
