@@ -39,9 +39,11 @@ def _wait_lines(proc, needle, count):
 
 
 class Process:
-    def __init__(self, cmd, needle, count):
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     text=True)
+    def __init__(self, cmd, needle, count, log=None):
+        # The log (stderr) goes to the file `log` when given, else nowhere.
+        self.log = open(log, "w") if log else None
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                                     stderr=self.log or subprocess.DEVNULL, text=True)
         lines = _wait_lines(self.proc, needle, count)
         self.grpc_port = next((int(l.strip().rsplit(":", 1)[1]) for l in lines if "gRPC" in l),
                               None)
@@ -57,15 +59,18 @@ class Process:
                 self.proc.kill()
                 self.proc.wait()
         self.proc.stdout.close()
+        if self.log:
+            self.log.close()
 
 
-def start_instance(loomd, model, *extra, cpu=None):
+def start_instance(loomd, model, *extra, cpu=None, log=None):
     """A serving loomd; with `cpu`, pinned to that core (taskset), so that instances do not
-    borrow each other's idle compute, as separate machines would not."""
+    borrow each other's idle compute, as separate machines would not; with `log`, its log
+    written to that file."""
     pin = ["taskset", "-c", str(cpu)] if cpu is not None else []
     return Process([*pin, loomd, "--model", model, "--host", "127.0.0.1", "--port", "0",
                     "--grpc-port", "0", "--api-keys", KEY, "--served-model-name", "m",
-                    *extra], "listening on", 2)
+                    *extra], "listening on", 2, log=log)
 
 
 def start_manager(loomd, *extra):

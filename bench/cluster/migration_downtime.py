@@ -82,6 +82,10 @@ def measure(a, b, length, args):
         "outcome": r.outcome if r else "none",
         "moved_request": r.request_id if r else 0,
         "downtime_ms": r.downtime_ms if r else float("nan"),
+        # Its parts (see MigrationResult in proto/loom/v1/cluster.proto).
+        "export_step_ms": r.export_step_ms if r else float("nan"),
+        "resume_ms": r.resume_ms if r else float("nan"),
+        "first_output_ms": r.first_output_ms if r else float("nan"),
         "stages": r.stages if r else 0,
         "blocks": r.blocks_copied if r else 0,
         # The measured request's usual inter-token time just before the move, on the source.
@@ -115,18 +119,21 @@ def main():
     p.add_argument("--threads", default="1")
     p.add_argument("--kv-cache-mb", default="512")
     p.add_argument("--out")
+    p.add_argument("--logs", help="write the two instances' logs to LOGS-a.log and LOGS-b.log")
     args = p.parse_args()
     common = ["--threads", args.threads, "--kv-cache-mb", args.kv_cache_mb]
-    a = lib.start_instance(args.loomd, args.model, *common)
-    b = lib.start_instance(args.loomd, args.model, *common)
+    log = (lambda side: f"{args.logs}-{side}.log") if args.logs else (lambda side: None)
+    a = lib.start_instance(args.loomd, args.model, *common, log=log("a"))
+    b = lib.start_instance(args.loomd, args.model, *common, log=log("b"))
     rows = []
     try:
         for length in (int(x) for x in args.lengths.split(",")):
             runs = [measure(a, b, length, args) for _ in range(args.repeats)]
             ok = [r for r in runs if r["outcome"] == "committed"]
             row = {"length": length, "runs": runs, "committed": len(ok)}
-            for key in ("downtime_ms", "client_gap_ms", "itl_ms", "neighbour_itl_ratio",
-                        "neighbour_max_gap_ms", "blocks", "stages"):
+            for key in ("downtime_ms", "export_step_ms", "resume_ms", "first_output_ms",
+                        "client_gap_ms", "itl_ms", "neighbour_itl_ratio", "neighbour_max_gap_ms",
+                        "blocks", "stages"):
                 row[key] = statistics.median(r[key] for r in ok) if ok else float("nan")
             rows.append(row)
             print(f"length {length:6d}: downtime {row['downtime_ms']:7.1f} ms, client gap "

@@ -306,6 +306,9 @@ grpc::Status InstanceService::MigrateOut(grpc::ServerContext* call,
     m->set_stages(r.stages);
     m->set_blocks_copied(r.blocks_copied);
     m->set_downtime_ms(r.downtime_ms);
+    m->set_export_step_ms(r.export_step_ms);
+    m->set_resume_ms(r.resume_ms);
+    m->set_first_output_ms(r.first_output_ms);
   }
   return grpc::Status::OK;
 }

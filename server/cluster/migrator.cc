@@ -22,8 +22,13 @@ constexpr int64_t kMaxPushBytes = int64_t{2} << 20;
 // step (bench/results/cluster.md).
 constexpr int64_t kMaxStageBytes = int64_t{8} << 20;
 
+double MsBetween(std::chrono::steady_clock::time_point from,
+                 std::chrono::steady_clock::time_point to) {
+  return std::chrono::duration<double, std::milli>(to - from).count();
+}
+
 double MsSince(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+  return MsBetween(t, std::chrono::steady_clock::now());
 }
 
 }  // namespace
@@ -140,7 +145,9 @@ std::vector<MigrationOutcome> Migrator::MigrateOut(const std::string& address,
     if (ctx_.metrics != nullptr) ctx_.metrics->ObserveMigration(r.outcome, r.downtime_ms / 1e3);
     LOOM_LOG(kInfo, "migration of request ", r.request_id, " to ", address, ": ", r.outcome,
              r.reason.empty() ? "" : " (", r.reason, r.reason.empty() ? "" : ")", ", ",
-             r.stages, " stages, ", r.blocks_copied, " blocks, downtime ", r.downtime_ms, " ms");
+             r.stages, " stages, ", r.blocks_copied, " blocks, downtime ", r.downtime_ms,
+             " ms (export step ", r.export_step_ms, ", resume ", r.resume_ms, ", first output ",
+             r.first_output_ms, ")");
     results.push_back(std::move(r));
     if (only.has_value()) break;
   }
@@ -289,6 +296,7 @@ Migrator::Round Migrator::CopyRound(Transfer& t, bool freeze, int32_t cap) {
   }
   round.froze = freeze;
   round.frozen_at = got->frozen_at;
+  round.exported_at = std::chrono::steady_clock::now();
   round.stream = std::move(got->stream);
   round.ex = *std::move(got->ex);
   const MigrationExport& ex = round.ex;
@@ -435,6 +443,7 @@ MigrationOutcome Migrator::MigrateOne(RequestId id, const std::string& address,
 
   bool last = false;
   std::chrono::steady_clock::time_point freeze_time;
+  std::chrono::steady_clock::time_point exported_at;
   MigrationExport ex;
   bool deferred = false;
   int32_t deferred_first_block = 0;
@@ -460,6 +469,7 @@ MigrationOutcome Migrator::MigrateOne(RequestId id, const std::string& address,
       if (round.froze) {
         stream = std::move(round.stream);
         freeze_time = round.frozen_at;
+        exported_at = round.exported_at;
         deferred = round.deferred;
         deferred_first_block = round.deferred_first_block;
       }
@@ -534,11 +544,15 @@ MigrationOutcome Migrator::MigrateOne(RequestId id, const std::string& address,
   }
   // The destination runs it: the relay feeds the client's stream at once, and the source ends
   // its frozen copy at its next step boundary (no output: the destination reports now).
+  const auto accepted_at = std::chrono::steady_clock::now();
   relay->stream.Set(stream);
   loop.Post([id](LoopAccess& a) { a.scheduler().CommitMigrateOut(id); });
   result.outcome = "committed";
   (void)relay->first_output.Wait(timeout);
   result.downtime_ms = MsSince(freeze_time);
+  result.first_output_ms = MsSince(accepted_at);
+  result.export_step_ms = MsBetween(freeze_time, exported_at);
+  result.resume_ms = MsBetween(exported_at, accepted_at);
   return result;
 }
 

@@ -50,6 +50,12 @@ struct MigrationOutcome {
   // From the freeze to the first output the destination sent (or its acceptance when the
   // request had nothing more to say); the request's downtime.
   double downtime_ms = 0;
+  // The downtime's parts: the freeze to the end of the source's step that exported the rest;
+  // from there to the destination's acceptance (the final copy, the Resume call, the import);
+  // from the acceptance to the first output (the destination's first step).
+  double export_step_ms = 0;
+  double resume_ms = 0;
+  double first_output_ms = 0;
 };
 
 class Migrator {
@@ -102,6 +108,8 @@ class Migrator {
     std::shared_ptr<RequestStream> stream;
     // Frozen: when the loop froze the request (its last output here was published before).
     std::chrono::steady_clock::time_point frozen_at;
+    // When the loop's step that exported this round ended.
+    std::chrono::steady_clock::time_point exported_at;
     // Frozen and few: the blocks were not pushed; they ride in the Resume call, for reservation
     // slots from `deferred_first_block` on.
     bool deferred = false;

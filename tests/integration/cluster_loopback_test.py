@@ -96,7 +96,13 @@ class Instance:
                                     max_retries=0, timeout=300)
 
 
-def stream(client, max_tokens):
+def stream(client, max_tokens, on_chunk=None):
+    finish, chunks, _ = stream_text(client, max_tokens, on_chunk)
+    return finish, chunks
+
+
+def stream_text(client, max_tokens, on_chunk=None):
+    """(finish reason, chunks, text) of a greedy completion; on_chunk(i) after chunk i."""
     text, finish, chunks = "", None, 0
     for chunk in client.completions.create(model="m", prompt="Tell me about the ocean.",
                                            max_tokens=max_tokens, temperature=0, stream=True,
@@ -105,7 +111,9 @@ def stream(client, max_tokens):
         text += c.text or ""
         finish = c.finish_reason or finish
         chunks += 1
-    return finish, chunks
+        if on_chunk is not None:
+            on_chunk(chunks)
+    return finish, chunks, text
 
 
 class LoopbackClusterTest(unittest.TestCase):
@@ -187,6 +195,54 @@ class LoopbackClusterTest(unittest.TestCase):
         for inst in (self.instances[0], self.instances[2]):
             finish, _ = stream(inst.client, 8)
             self.assertEqual(finish, "length")
+
+
+class ForwardAtRelayLimitTest(unittest.TestCase):
+    """An entry instance whose relays are all taken runs a request the manager sends elsewhere
+    itself, rather than refusing it or waiting: the client sees one complete stream either way."""
+
+    def test_a_forward_beyond_the_relay_limit_runs_at_the_entry(self):
+        manager = start([ARGS.loomd, "--role", "manager", "--host", "127.0.0.1", "--port", "0",
+                         "--grpc-port", "0", "--api-keys", KEY,
+                         "--manager-dispatch-top-k", "1",
+                         "--manager-instance-timeout-ms", "1500"])
+        instances = []
+        try:
+            lines = wait_line(manager, "loom manager listening on")
+            manager_grpc = f"127.0.0.1:{port_of(next(l for l in lines if 'gRPC' in l))}"
+            manager_http = port_of(lines[-1])
+            # The entry's KV cache is an eighth of the other's, so the manager always finds the
+            # other instance less loaded and dispatches every request there.
+            entry = Instance(manager_grpc, "entry", "--max-relays", "1", "--kv-cache-mb", "8")
+            instances.append(entry)
+            instances.append(Instance(manager_grpc, "target"))
+            deadline = time.time() + 30
+            while time.time() < deadline:
+                _, body = get(manager_http, "/v1/instances")
+                if len(json.loads(body)["data"]) == 2:
+                    break
+                time.sleep(0.1)
+            reference = stream_text(instances[1].client, 120)
+            before = metric(entry.port, "loom_requests_forwarded_total")
+            with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                first_started = concurrent.futures.Future()
+
+                def on_chunk(i):
+                    if i == 8 and not first_started.done():
+                        first_started.set_result(True)
+
+                # The first is forwarded and its relay runs until it ends; the second comes
+                # while it does and finds the only relay taken.
+                first = pool.submit(stream_text, entry.client, 120, on_chunk)
+                self.assertTrue(first_started.result(timeout=120))
+                second = pool.submit(stream_text, entry.client, 120)
+                got = [first.result(), second.result()]
+            self.assertEqual(got, [reference, reference])
+            self.assertEqual(metric(entry.port, "loom_requests_forwarded_total") - before, 1)
+        finally:
+            for inst in instances:
+                self.assertEqual(stop(inst.proc), 0)
+            stop(manager)
 
 
 def main():

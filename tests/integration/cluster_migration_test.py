@@ -141,6 +141,12 @@ class MigrationTest(unittest.TestCase):
         self.assertGreater(results[0].blocks_copied, 0)
         self.assertEqual(migrated, reference)
         self.assertEqual(migrated[1], "length")
+        # The downtime's parts are the consecutive spans it is made of.
+        r = results[0]
+        parts = (r.export_step_ms, r.resume_ms, r.first_output_ms)
+        self.assertTrue(all(p >= 0 for p in parts), r)
+        self.assertGreater(r.downtime_ms, 0, r)
+        self.assertAlmostEqual(sum(parts), r.downtime_ms, delta=1.0, msg=r)
 
     def test_seeded_sampling(self):
         reference, migrated, results = self.migrate_during_stream(temperature=0.9, seed=1234,
