@@ -9,6 +9,8 @@
 //                      keys each, one query row per sequence, through cpu::PagedAttention (the
 //                      decode path of kernels/cpu/attention_decode.h). Shapes: SmolLM2-like (9
 //                      query heads over 3 KV heads, head_dim 64) and Llama-like (32 over 8, 128).
+//   BM_DecodeAttentionResident  the same with one copy of the layer at 1K-2K context, small
+//                      enough to stay in the caches: the kernel's compute alone, without DRAM.
 //
 // Counters: "bytes" read per call (K and V of every key once: codes, scales, zeros; element
 // formats their elements), "GB/s" = bytes / time per call, "roof" = GB/s over the roofline with
@@ -77,7 +79,7 @@ ThreadPool& Pool(int num_threads) {
 // The measured read roofline per thread count (filled by BM_Roofline, which runs first).
 double g_roof_gb_per_s[3] = {};
 // bf16 time per call by (shape, context, batch, threads).
-std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, double> g_bf16_seconds;
+std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, bool>, double> g_bf16_seconds;
 
 void BM_Roofline(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
@@ -216,8 +218,9 @@ std::string CommandOutput(const std::string& command) {
   return out;
 }
 
-// Args: shape, context, batch, threads, format, block size.
-void BM_DecodeAttention(benchmark::State& state) {
+// Args: shape, context, batch, threads, format, block size. `resident`: one copy of the layer,
+// read again and again from the caches, instead of as many copies as make kMinSweepBytes.
+void RunDecodeAttention(benchmark::State& state, bool resident) {
   const Shape& shape = kShapes[state.range(0)];
   const int32_t context = static_cast<int32_t>(state.range(1));
   const int32_t batch = static_cast<int32_t>(state.range(2));
@@ -232,7 +235,9 @@ void BM_DecodeAttention(benchmark::State& state) {
   const int64_t layer_bytes =
       k_region_bytes + head_blocks * HeadBlockBytes(shape, format, block_size, true);
   const int32_t num_layers =
-      static_cast<int32_t>(std::max<int64_t>(1, (kMinSweepBytes + layer_bytes - 1) / layer_bytes));
+      resident ? 1
+               : static_cast<int32_t>(
+                     std::max<int64_t>(1, (kMinSweepBytes + layer_bytes - 1) / layer_bytes));
   uint8_t* arena = TheArena().Get(layer_bytes * num_layers);
 
   std::mt19937 rng(3);
@@ -301,15 +306,21 @@ void BM_DecodeAttention(benchmark::State& state) {
   state.counters["GB/s"] = gb_per_s;
   if (g_roof_gb_per_s[threads] > 0) state.counters["roof"] = gb_per_s / g_roof_gb_per_s[threads];
   // bf16 of the same set ran last: at 64 for the first set, at 16 for the engine's defaults.
-  const auto key = std::make_tuple(state.range(0), state.range(1), state.range(2), state.range(3));
+  const auto key = std::make_tuple(state.range(0), state.range(1), state.range(2), state.range(3),
+                                   resident);
   if (format.dtype == DType::kBF16 && !format.k_per_token) g_bf16_seconds[key] = seconds;
   if (auto it = g_bf16_seconds.find(key); it != g_bf16_seconds.end()) {
     state.counters["vs_bf16"] = it->second / seconds;
   }
   state.SetLabel(std::string(shape.name) + " " + format.name + " ctx=" + std::to_string(context) +
                  " batch=" + std::to_string(batch) + " threads=" + std::to_string(threads) +
-                 " block=" + std::to_string(block_size) + " layers=" + std::to_string(num_layers));
+                 " block=" + std::to_string(block_size) + " layers=" + std::to_string(num_layers) +
+                 (resident ? " resident" : ""));
 }
+
+void BM_DecodeAttention(benchmark::State& state) { RunDecodeAttention(state, false); }
+void BM_DecodeAttentionResident(benchmark::State& state) { RunDecodeAttention(state, true); }
+
 BENCHMARK(BM_DecodeAttention)
     ->ArgsProduct({{0, 1}, {1024, 2048, 4096, 8192, 16384, 32768}, {1, 8}, {1, 2},
                    {0, 1, 2, 3, 4, 5}, {kBlockSize}})
@@ -325,6 +336,12 @@ BENCHMARK(BM_DecodeAttention)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DecodeAttention)
     ->ArgsProduct({{0, 1}, {4096, 32768}, {1, 8}, {1, 2}, {2, 3, 4, 5}, {32}})
+    ->UseRealTime()
+    ->MinTime(0.2)
+    ->Unit(benchmark::kMillisecond);
+// In the caches: the Llama shape's bf16 layer at 1K is 4 MiB, its int4 layer 1.1 MiB.
+BENCHMARK(BM_DecodeAttentionResident)
+    ->ArgsProduct({{0, 1}, {1024, 2048}, {1}, {1}, {0, 1, 2, 3, 4, 5}, {kBlockSize}})
     ->UseRealTime()
     ->MinTime(0.2)
     ->Unit(benchmark::kMillisecond);
