@@ -72,13 +72,43 @@ struct Avx512 {
     out[0] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(bytes)));
     out[1] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(bytes, 1)));
   }
+  // Group g of a quantized block as two f32 vectors of q. As on AVX2, the nibble formats and
+  // q8_0 widen straight from memory (vpmovzxbd / vpmovsxbd with a 16-byte memory operand: no
+  // nibble split in bytes, no cross-lane shuffle); q5_k and q6_k go through their 32-byte form.
+  static __m512i Bytes16(const uint8_t* p) {
+    return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
   template <class F>
   static void DecodeGroup(const uint8_t* block, int g, V (&out)[2]) {
-    WidenBytes(F::Group(block, g), out);
+    const __m512i low4 = _mm512_set1_epi32(15);
+    if constexpr (std::is_same_v<F, Q8_0Format>) {
+      out[0] = _mm512_cvtepi32_ps(
+          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2))));
+      out[1] = _mm512_cvtepi32_ps(
+          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 18))));
+    } else if constexpr (std::is_same_v<F, Q4_0Format> || std::is_same_v<F, Q4_1Format>) {
+      // Byte l of qs holds element l (low nibble) and l + 16 (high nibble).
+      const __m512i a = Bytes16(block + (std::is_same_v<F, Q4_0Format> ? 2 : 4));
+      out[0] = _mm512_cvtepi32_ps(_mm512_and_si512(a, low4));
+      out[1] = _mm512_cvtepi32_ps(_mm512_srli_epi32(a, 4));
+    } else if constexpr (std::is_same_v<F, Q4_KFormat>) {
+      // Group 2c takes the low nibbles of qs[32c ..], group 2c + 1 the high ones.
+      const uint8_t* qs = block + 16 + 32 * (g / 2);
+#pragma GCC unroll 2
+      for (int v = 0; v < 2; ++v) {
+        const __m512i bytes = Bytes16(qs + 16 * v);
+        out[v] = _mm512_cvtepi32_ps((g & 1) ? _mm512_srli_epi32(bytes, 4)
+                                            : _mm512_and_si512(bytes, low4));
+      }
+    } else {
+      WidenBytes(F::Group(block, g), out);
+    }
   }
   // GEMV tiles of quantized weights: weight rows per tile for m = 1, m = 2 and larger m (in
-  // chunks of kQuantMrMax x rows).
-  static constexpr int kQuantRowsM1 = 8;
+  // chunks of kQuantMrMax x rows). At m = 1, 4 rows beat 8 on Zen 4 for every format (q6_k
+  // 1.3-2x, q4_k 1.1x, one and two threads; bench/results/cpu_matmul_quant.md): 8 rows' block
+  // scales and dequantized groups no longer fit the registers beside the accumulators.
+  static constexpr int kQuantRowsM1 = 4;
   static constexpr int kQuantRowsM2 = 6;
   static constexpr int kQuantRowsMany = 4;
   static constexpr int kQuantMrMax = 4;

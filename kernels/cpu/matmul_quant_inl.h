@@ -107,23 +107,39 @@ struct Q4_1Format {
   static __m256i Group(const uint8_t* b, int /*g*/) { return SplitNibbles16(b + 4); }
 };
 
-// q4_k / q5_k: the eight 6-bit scales and mins of the 12 packed bytes (ref::ScaleMinK4).
+// scale[2j] = scale[2j + 1] = v[j] for the 8 lanes of v.
+inline void StorePairs(__m256 v, float* scale) {
+  const __m256 lo = _mm256_unpacklo_ps(v, v);  // v0 v0 v1 v1 | v4 v4 v5 v5
+  const __m256 hi = _mm256_unpackhi_ps(v, v);  // v2 v2 v3 v3 | v6 v6 v7 v7
+  _mm256_storeu_ps(scale, _mm256_permute2f128_ps(lo, hi, 0x20));
+  _mm256_storeu_ps(scale + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+}
+
+// q4_k / q5_k: the eight 6-bit scales and mins of the 12 packed bytes (ref::ScaleMinK4), all at
+// once in vector registers; the products d * sc and dmin * mn are those of the reference.
 inline void LoadScalesK4(const uint8_t* b, BlockScales<8>* s) {
-  const float d = LoadHalf(b);
-  const float dmin = LoadHalf(b + 2);
-  const uint8_t* q = b + 4;
-  for (int j = 0; j < 8; ++j) {
-    int sc, mn;
-    if (j < 4) {
-      sc = q[j] & 63;
-      mn = q[j + 4] & 63;
-    } else {
-      sc = (q[j + 4] & 15) | ((q[j - 4] >> 6) << 4);
-      mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
-    s->scale[2 * j] = s->scale[2 * j + 1] = d * static_cast<float>(sc);
-    s->bias[j] = -(dmin * static_cast<float>(mn));
-  }
+  const __m256 d = _mm256_set1_ps(LoadHalf(b));
+  const __m256 dmin = _mm256_set1_ps(LoadHalf(b + 2));
+  // Bytes 4..15 of the block; the 16-byte load also reads the first 4 bytes after them (qs in
+  // every K format), which no lane below keeps.
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 4));
+  const __m128i m15 = _mm_set1_epi8(15);
+  // Bytes 0-3: sc0..3 = q[0..3] & 63; bytes 4-7: mn0..3 = q[4..7] & 63.
+  const __m128i first = _mm_and_si128(q, _mm_set1_epi8(63));
+  // Bytes 0-3: q[8..11] & 15 (the low 4 bits of sc4..7); bytes 4-7: q[8..11] >> 4 (of mn4..7).
+  const __m128i q8 = _mm_srli_si128(q, 8);
+  const __m128i nibbles = _mm_unpacklo_epi32(_mm_and_si128(q8, m15),
+                                             _mm_and_si128(_mm_srli_epi16(q8, 4), m15));
+  // Bytes 0-7: the top 2 bits of q[0..7] as the 16s and 32s of sc4..7 and mn4..7.
+  const __m128i top = _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(q, 6), _mm_set1_epi8(3)), 4);
+  const __m128i second = _mm_or_si128(nibbles, top);
+  // Bytes 0-7: sc0..7; bytes 8-15: mn0..7.
+  const __m128i both = _mm_unpacklo_epi32(first, second);
+  const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(both));
+  const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(both, 8)));
+  StorePairs(_mm256_mul_ps(d, sc), s->scale);
+  // -(dmin * mn): the sign flipped after the product, as the reference computes it.
+  _mm256_storeu_ps(s->bias, _mm256_xor_ps(_mm256_mul_ps(dmin, mn), _mm256_set1_ps(-0.0f)));
 }
 
 // Nibbles of 32 bytes: the low ones (high = false) or the high ones.
@@ -165,10 +181,12 @@ struct Q6_KFormat {
   static constexpr bool kHasBias = false, kSplitScale = true;
   static constexpr int kOffset = 0;
   static void LoadScales(const uint8_t* b, BlockScales<kGroups>* s) {
-    const float d = LoadHalf(b + 208);
-    const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
-    for (int i = 0; i < 16; ++i) s->scale[i] = d * static_cast<float>(sc[i]);
-    for (int g = 0; g < kGroups; ++g) s->bias[g] = 0.0f;
+    const __m256 d = _mm256_set1_ps(LoadHalf(b + 208));
+    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192));
+    _mm256_storeu_ps(s->scale, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))));
+    _mm256_storeu_ps(s->scale + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                                         _mm_srli_si128(sc, 8)))));
+    _mm256_storeu_ps(s->bias, _mm256_setzero_ps());
   }
   // Group g = 4h + j of half h: low 4 bits from ql[64h + 32(j & 1) + l] (nibble j >> 1), high 2
   // bits from qh[32h + l] at bit 2j, minus 32.
