@@ -109,7 +109,7 @@ def machine():
 def settings(args):
     """The command's settings for a report, with file arguments as bare names (no local paths)."""
     out = dict(vars(args))
-    for key in ("loomd", "model", "out"):
+    for key in ("loomd", "model", "out", "logs"):
         if out.get(key):
             out[key] = os.path.basename(out[key])
     return out
