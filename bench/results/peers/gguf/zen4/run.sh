@@ -14,7 +14,7 @@ for r in 1 2; do
   for x in A D; do
     bin="$a"; [[ "$x" == D ]] && bin="$d"
     "$bin/matmul_quant_bench" --benchmark_filter='BM_Roofline|BM_QuantGemvSweep/[0-7]/[12]/1/0' \
-      --benchmark_min_time=0.5s --benchmark_out="$out/mq-$x-$r.json" \
+      --benchmark_out="$out/mq-$x-$r.json" \
       --benchmark_out_format=json >/dev/null
   done
 done
