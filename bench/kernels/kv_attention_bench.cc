@@ -78,7 +78,7 @@ ThreadPool& Pool(int num_threads) {
 
 // The measured read roofline per thread count (filled by BM_Roofline, which runs first).
 double g_roof_gb_per_s[3] = {};
-// bf16 time per call by (shape, context, batch, threads).
+// bf16 time per call by (shape, context, batch, threads, resident).
 std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, bool>, double> g_bf16_seconds;
 
 void BM_Roofline(benchmark::State& state) {

@@ -15,6 +15,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import unittest
 
@@ -82,6 +83,26 @@ def metric(port, name, label=""):
     return total
 
 
+def start_manager(*extra):
+    """A manager: (process, its gRPC address, its HTTP port)."""
+    proc = start([ARGS.loomd, "--role", "manager", "--host", "127.0.0.1", "--port", "0",
+                  "--grpc-port", "0", "--api-keys", KEY, *extra])
+    lines = wait_line(proc, "loom manager listening on")
+    grpc_line = next(l for l in lines if "gRPC" in l)
+    return proc, f"127.0.0.1:{port_of(grpc_line)}", port_of(lines[-1])
+
+
+def wait_registered(manager_http, count):
+    """Waits (up to 30 s) until `count` instances have registered with the manager."""
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        _, body = get(manager_http, "/v1/instances")
+        if len(json.loads(body)["data"]) == count:
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"{count} instances did not register with the manager within 30 s")
+
+
 class Instance:
     def __init__(self, manager_grpc, name, *extra):
         self.proc = start([ARGS.loomd, "--model", ARGS.model, "--host", "127.0.0.1", "--port", "0",
@@ -119,29 +140,19 @@ def stream_text(client, max_tokens, on_chunk=None):
 class LoopbackClusterTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.manager = start([ARGS.loomd, "--role", "manager", "--host", "127.0.0.1", "--port", "0",
-                             "--grpc-port", "0", "--api-keys", KEY,
-                             "--manager-pair-interval-ms", "100",
-                             "--manager-dispatch-top-k", "1",
-                             "--manager-migrate-out-below", "100",
-                             "--manager-migrate-in-above", "150",
-                             "--manager-instance-timeout-ms", "1500"])
-        lines = wait_line(cls.manager, "loom manager listening on")
-        grpc_line = next(l for l in lines if "gRPC" in l)
-        cls.manager_grpc = f"127.0.0.1:{port_of(grpc_line)}"
-        cls.manager_http = port_of(lines[-1])
+        cls.manager, cls.manager_grpc, cls.manager_http = start_manager(
+            "--manager-pair-interval-ms", "100",
+            "--manager-dispatch-top-k", "1",
+            "--manager-migrate-out-below", "100",
+            "--manager-migrate-in-above", "150",
+            "--manager-instance-timeout-ms", "1500")
         cls.instances = []
         cls.addClassCleanup(cls.stop_all)
         # All load goes to "hot", which runs what it receives (no dispatch): only migration can
         # spread it.
         for name, extra in (("hot", ["--cluster-dispatch=false"]), ("cold1", []), ("cold2", [])):
             cls.instances.append(Instance(cls.manager_grpc, name, *extra))
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            _, body = get(cls.manager_http, "/v1/instances")
-            if len(json.loads(body)["data"]) == 3:
-                break
-            time.sleep(0.1)
+        wait_registered(cls.manager_http, 3)
 
     @classmethod
     def stop_all(cls):
@@ -202,39 +213,29 @@ class ForwardAtRelayLimitTest(unittest.TestCase):
     itself, rather than refusing it or waiting: the client sees one complete stream either way."""
 
     def test_a_forward_beyond_the_relay_limit_runs_at_the_entry(self):
-        manager = start([ARGS.loomd, "--role", "manager", "--host", "127.0.0.1", "--port", "0",
-                         "--grpc-port", "0", "--api-keys", KEY,
-                         "--manager-dispatch-top-k", "1",
-                         "--manager-instance-timeout-ms", "1500"])
+        manager, manager_grpc, manager_http = start_manager(
+            "--manager-dispatch-top-k", "1", "--manager-instance-timeout-ms", "1500")
         instances = []
         try:
-            lines = wait_line(manager, "loom manager listening on")
-            manager_grpc = f"127.0.0.1:{port_of(next(l for l in lines if 'gRPC' in l))}"
-            manager_http = port_of(lines[-1])
             # The entry's KV cache is an eighth of the other's, so the manager always finds the
             # other instance less loaded and dispatches every request there.
             entry = Instance(manager_grpc, "entry", "--max-relays", "1", "--kv-cache-mb", "8")
             instances.append(entry)
             instances.append(Instance(manager_grpc, "target"))
-            deadline = time.time() + 30
-            while time.time() < deadline:
-                _, body = get(manager_http, "/v1/instances")
-                if len(json.loads(body)["data"]) == 2:
-                    break
-                time.sleep(0.1)
+            wait_registered(manager_http, 2)
             reference = stream_text(instances[1].client, 120)
             before = metric(entry.port, "loom_requests_forwarded_total")
             with concurrent.futures.ThreadPoolExecutor(2) as pool:
-                first_started = concurrent.futures.Future()
+                first_started = threading.Event()
 
                 def on_chunk(i):
-                    if i == 8 and not first_started.done():
-                        first_started.set_result(True)
+                    if i == 8:
+                        first_started.set()
 
                 # The first is forwarded and its relay runs until it ends; the second comes
                 # while it does and finds the only relay taken.
                 first = pool.submit(stream_text, entry.client, 120, on_chunk)
-                self.assertTrue(first_started.result(timeout=120))
+                self.assertTrue(first_started.wait(120))
                 second = pool.submit(stream_text, entry.client, 120)
                 got = [first.result(), second.result()]
             self.assertEqual(got, [reference, reference])
