@@ -92,7 +92,13 @@ void CpuOps::PagedAttention(const PagedAttentionArgs& args) {
   cpu::PagedAttention(pool_, args, Workspace(bytes));
 }
 
-void CpuOps::MoeRoute(const MoeRouteArgs& args) { cpu::MoeRoute(pool_, args); }
+void CpuOps::MoeRoute(const MoeRouteArgs& args) {
+  cpu::MoeRoute(pool_, args);
+  if (args.host_expert_offsets != nullptr && args.host_expert_offsets != args.expert_offsets) {
+    std::memcpy(args.host_expert_offsets, args.expert_offsets,
+                sizeof(int32_t) * (static_cast<size_t>(args.num_experts) + 1));
+  }
+}
 
 void CpuOps::GatherRows(const float* x, int64_t x_stride, const int32_t* rows, int32_t num_rows,
                         int32_t dim, float* out) {

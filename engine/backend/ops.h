@@ -51,6 +51,8 @@ struct OpsLimits {
   int32_t num_heads = 0;
   int32_t head_dim = 0;
   int32_t max_seq_len = 0;      // longest sequence the KV cache serves
+  int32_t moe_num_experts = 0;  // a mixture-of-experts model's experts per layer (0: dense)
+  int32_t moe_top_k = 0;        // and the experts each token picks
 };
 
 class Ops {
@@ -115,13 +117,14 @@ class Ops {
   // A backend that does not run them keeps these defaults: SupportsMoe() false, which makes the
   // loader refuse MoE models with Unimplemented, and op bodies that abort if reached anyway.
 
-  // Whether the three ops below run here. True also promises that MoeRoute's outputs are
-  // readable by the host when it returns: the MoE block sizes each expert's matmul from
-  // expert_offsets (the CPU backend's memory is host memory).
+  // Whether the ops below run here.
   virtual bool SupportsMoe() const { return false; }
 
   // Softmax over each token's router logits, its top_k experts (renormalized when asked), and
-  // the grouping of the (token, slot) pairs by expert.
+  // the grouping of the (token, slot) pairs by expert. Before it returns, it also writes the
+  // expert offsets to args.host_expert_offsets (host memory): the MoE block sizes each expert's
+  // matmul from them. A backend whose memory is not the host's synchronizes here, so a step of
+  // a mixture-of-experts model is not captured as a graph.
   virtual void MoeRoute(const MoeRouteArgs& args);
 
   // out[r, :] = x[rows[r], :], out: [num_rows, dim] contiguous.

@@ -39,6 +39,7 @@ absl::Status MoeBlock(Ops& ops, const ModelConfig& c, const MoeLayerWeights& w, 
   route.expert_ids = expert_ids;
   route.expert_weights = m.expert_weights;
   route.expert_offsets = m.expert_offsets;
+  route.host_expert_offsets = m.host_expert_offsets;
   route.grouped_tokens = m.grouped_tokens;
   route.grouped_weights = m.grouped_weights;
   ops.MoeRoute(route);
@@ -49,16 +50,16 @@ absl::Status MoeBlock(Ops& ops, const ModelConfig& c, const MoeLayerWeights& w, 
     ops.MoeInitOutput(nullptr, nullptr, num_tokens, hidden, delta);
   }
   const int32_t inter = c.moe.expert_intermediate_size;
-  // Host-readable right after MoeRoute (Ops::SupportsMoe).
+  const int32_t* offsets = m.host_expert_offsets;
   int32_t used[kMaxMoeExperts];
   int32_t num_used = 0;
   for (int32_t e = 0; e < num_experts && num_used < kMaxMoeExperts; ++e) {
-    if (m.expert_offsets[e + 1] > m.expert_offsets[e]) used[num_used++] = e;
+    if (offsets[e + 1] > offsets[e]) used[num_used++] = e;
   }
   experts.WillUse(layer, std::span<const int32_t>(used, static_cast<size_t>(num_used)));
   for (int32_t e = 0; e < num_experts; ++e) {
-    const int32_t first = m.expert_offsets[e];
-    const int32_t rows = m.expert_offsets[e + 1] - first;
+    const int32_t first = offsets[e];
+    const int32_t rows = offsets[e + 1] - first;
     if (rows == 0) continue;
     LOOM_ASSIGN_OR_RETURN(const ExpertWeights* expert, experts.Get(layer, e));
     ops.GatherRows(normed, hidden, m.grouped_tokens + first, rows, hidden, m.gathered);

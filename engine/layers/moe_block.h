@@ -10,7 +10,8 @@
 //            delta[token] += weight * y[row]                   (Ops::MoeScatterAdd)
 //
 // Experts are reached only through the ExpertProvider, and only those the step routes tokens to.
-// The block reads the routing's per-expert row counts on the host (Ops::SupportsMoe). A token's sum
+// The block reads the routing's per-expert row counts on the host (Ops::MoeRoute copies them
+// there). A token's sum
 // has the same terms in the same order whatever else is in the batch, so batching changes only the
 // matmuls' summation order (as for dense layers).
 #pragma once
@@ -32,6 +33,7 @@ struct MoeScratch {
   float* router_logits = nullptr;       // [T, E]
   float* expert_weights = nullptr;      // [T, K]
   int32_t* expert_offsets = nullptr;    // [E + 1]
+  int32_t* host_expert_offsets = nullptr;  // [E + 1], host memory (Ops::MoeRoute)
   int32_t* grouped_tokens = nullptr;    // [T * K]
   float* grouped_weights = nullptr;     // [T * K]
   float* gathered = nullptr;            // [T, hidden]

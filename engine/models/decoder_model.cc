@@ -89,6 +89,10 @@ absl::Status DecoderModel::Allocate() {
   static_assert(sizeof(int32_t) == sizeof(float));
   routes_ = reinterpret_cast<int32_t*>(routes);
   moe_scratch_.expert_offsets = reinterpret_cast<int32_t*>(expert_offsets);
+  if (c.is_moe()) {
+    host_expert_offsets_.assign(static_cast<size_t>(experts) + 1, 0);
+    moe_scratch_.host_expert_offsets = host_expert_offsets_.data();
+  }
   moe_scratch_.grouped_tokens = reinterpret_cast<int32_t*>(grouped_tokens);
   return absl::OkStatus();
 }

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/backend/backend.h"
@@ -80,6 +81,7 @@ class DecoderModel {
   // Mixture-of-experts models only.
   std::unique_ptr<ExpertProvider> experts_;
   MoeScratch moe_scratch_;
+  std::vector<int32_t> host_expert_offsets_;  // moe_scratch_.host_expert_offsets
   int32_t* routes_ = nullptr;  // [num_layers, max_num_tokens, num_experts_per_tok]
   float* logits_in_ = nullptr;  // [max_logit_rows, hidden]
   float* logits_ = nullptr;     // [max_logit_rows, vocab]

@@ -224,10 +224,20 @@ absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(const Engin
   limits.num_heads = model_config.num_heads;
   limits.head_dim = model_config.head_dim;
   limits.max_seq_len = blocks_per_seq * config.block_size;
+  if (model_config.is_moe()) {
+    limits.moe_num_experts = model_config.moe.num_experts;
+    limits.moe_top_k = model_config.moe.num_experts_per_tok;
+  }
   LOOM_RETURN_IF_ERROR(ex->backend_->ops().Reserve(limits));
   LOOM_RETURN_IF_ERROR(ex->AllocateStepInputs(
       max_tokens, limits.max_num_seqs, blocks_per_seq));
-  if (ex->backend_->supports_graphs() && config.cuda_graphs) {
+  // A mixture-of-experts step waits for its routing on the host (Ops::MoeRoute) where the
+  // device's memory is not the host's, so it cannot be captured.
+  const bool moe_syncs = model_config.is_moe() && !ex->backend_->host_memory();
+  if (moe_syncs && config.cuda_graphs) {
+    LOOM_LOG(kInfo, "CUDA graphs off: a mixture-of-experts step routes its tokens on the host");
+  }
+  if (ex->backend_->supports_graphs() && config.cuda_graphs && !moe_syncs) {
     // Powers of two to 8, then every multiple of 8 (a padded row costs little next to a
     // separate graph per size), up to what one step may hold.
     const int32_t largest = std::min(config.max_num_seqs, max_tokens);

@@ -26,6 +26,9 @@ struct MoeRouteArgs {
   int32_t* expert_ids = nullptr;      // [num_tokens, top_k] out, most probable first
   float* expert_weights = nullptr;    // [num_tokens, top_k] out
   int32_t* expert_offsets = nullptr;  // [num_experts + 1] out
+  // [num_experts + 1] out, a copy of expert_offsets in host memory (Ops::MoeRoute; the kernels of
+  // kernels/ref and kernels/cpu leave it alone). May be expert_offsets itself on the CPU.
+  int32_t* host_expert_offsets = nullptr;
   int32_t* grouped_tokens = nullptr;  // [num_tokens * top_k] out
   float* grouped_weights = nullptr;   // [num_tokens * top_k] out
 };

@@ -9,6 +9,7 @@
 
 #include "engine/backend/cuda/cuda_status.h"
 #include "engine/common/logging.h"
+#include "kernels/ref/moe_ref.h"
 #include "kernels/cuda/activation.h"
 #include "kernels/cuda/convert.h"
 #include "kernels/cuda/decode_attention.h"
@@ -17,6 +18,7 @@
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/hadamard.h"
 #include "kernels/cuda/kv_write.h"
+#include "kernels/cuda/moe.h"
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cuda/prefill_attention.h"
 #include "kernels/cuda/quant_matmul.h"
@@ -39,6 +41,33 @@ cudaDataType CudaType(DType dtype) {
   }
 }
 
+// Byte offsets of MoeRoute's pinned host buffers (each on a 64-byte boundary).
+struct MoeHostOffsets {
+  int64_t logits = 0, ids = 0, weights = 0, offsets = 0, grouped_tokens = 0, grouped_weights = 0;
+  int64_t total = 0;
+};
+
+MoeHostOffsets MoeHostLayout(const OpsLimits& limits) {
+  const int64_t t = limits.max_num_tokens;
+  const int64_t e = limits.moe_num_experts;
+  const int64_t pairs = t * limits.moe_top_k;
+  MoeHostOffsets o;
+  int64_t at = 0;
+  auto take = [&](int64_t bytes) {
+    const int64_t begin = at;
+    at += (bytes + 63) / 64 * 64;
+    return begin;
+  };
+  o.logits = take(t * e * 4);
+  o.ids = take(pairs * 4);
+  o.weights = take(pairs * 4);
+  o.offsets = take((e + 1) * 4);
+  o.grouped_tokens = take(pairs * 4);
+  o.grouped_weights = take(pairs * 4);
+  o.total = std::max<int64_t>(at, 64);
+  return o;
+}
+
 }  // namespace
 
 int64_t CudaOps::QuantTileRows(int64_t max_in_features) {
@@ -51,6 +80,7 @@ CudaOps::~CudaOps() {
   cudaFree(quant_tile_);
   cudaFree(attention_workspace_);
   cudaFree(cublas_workspace_);
+  cudaFreeHost(moe_host_);
 }
 
 void CudaOps::Record(absl::Status status) {
@@ -85,6 +115,9 @@ absl::Status CudaOps::Reserve(const OpsLimits& limits) {
   LOOM_CUDA_RETURN_IF_ERROR(cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes));
   LOOM_CUBLAS_RETURN_IF_ERROR(
       cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes));
+  if (limits.moe_num_experts > 0) {
+    LOOM_CUDA_RETURN_IF_ERROR(cudaMallocHost(&moe_host_, MoeHostLayout(limits).total));
+  }
   reserved_ = true;
   return absl::OkStatus();
 }
@@ -283,6 +316,72 @@ void CudaOps::PagedAttention(const PagedAttentionArgs& args) {
       LOOM_CUDA_RECORD(cuda::PrefillAttention(args, max_q, stream_));
     }
   }
+}
+
+void CudaOps::MoeRoute(const MoeRouteArgs& args) {
+  LOOM_CHECK(args.num_tokens >= 0 && args.num_tokens <= limits_.max_num_tokens &&
+                 args.num_experts == limits_.moe_num_experts &&
+                 args.top_k == limits_.moe_top_k && moe_host_ != nullptr,
+             "MoeRoute beyond the reserved limits");
+  const int32_t e = args.num_experts;
+  std::fill(args.host_expert_offsets, args.host_expert_offsets + e + 1, 0);
+  if (args.num_tokens == 0) return;
+  const MoeHostOffsets at = MoeHostLayout(limits_);
+  char* base = static_cast<char*>(moe_host_);
+  MoeRouteArgs host = args;
+  host.logits = reinterpret_cast<const float*>(base + at.logits);
+  host.logits_stride = e;
+  host.expert_ids = reinterpret_cast<int32_t*>(base + at.ids);
+  host.expert_weights = reinterpret_cast<float*>(base + at.weights);
+  host.expert_offsets = reinterpret_cast<int32_t*>(base + at.offsets);
+  host.grouped_tokens = reinterpret_cast<int32_t*>(base + at.grouped_tokens);
+  host.grouped_weights = reinterpret_cast<float*>(base + at.grouped_weights);
+  // The copy back of the previous sparse layer's routing read these buffers: it is ordered
+  // before this copy on the stream, so the wait below covers it too.
+  const cudaError_t copied = cudaMemcpy2DAsync(
+      base + at.logits, sizeof(float) * e, args.logits, sizeof(float) * args.logits_stride,
+      sizeof(float) * e, args.num_tokens, cudaMemcpyDeviceToHost, stream_);
+  const cudaError_t waited = copied == cudaSuccess ? cudaStreamSynchronize(stream_) : copied;
+  if (waited != cudaSuccess) {
+    LOOM_CUDA_RECORD(waited);
+    return;
+  }
+  if (!error_.ok()) return;  // the logits may be garbage after an earlier failure
+  for (int32_t t = 0; t < args.num_tokens; ++t) {
+    ref::MoeRouteToken(host.logits + int64_t{t} * e, e, args.top_k, args.renormalize,
+                       host.expert_ids + int64_t{t} * args.top_k,
+                       host.expert_weights + int64_t{t} * args.top_k);
+  }
+  ref::MoeGroup(host);
+  std::copy(host.expert_offsets, host.expert_offsets + e + 1, args.host_expert_offsets);
+  const size_t pairs = static_cast<size_t>(args.num_tokens) * args.top_k;
+  const struct {
+    void* dst;
+    const void* src;
+    size_t bytes;
+  } back[] = {{args.expert_ids, host.expert_ids, pairs * 4},
+              {args.expert_weights, host.expert_weights, pairs * 4},
+              {args.expert_offsets, host.expert_offsets, (static_cast<size_t>(e) + 1) * 4},
+              {args.grouped_tokens, host.grouped_tokens, pairs * 4},
+              {args.grouped_weights, host.grouped_weights, pairs * 4}};
+  for (const auto& c : back) {
+    LOOM_CUDA_RECORD(cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyHostToDevice, stream_));
+  }
+}
+
+void CudaOps::GatherRows(const float* x, int64_t x_stride, const int32_t* rows,
+                         int32_t num_rows, int32_t dim, float* out) {
+  LOOM_CUDA_RECORD(cuda::GatherRows(x, x_stride, rows, num_rows, dim, out, stream_));
+}
+
+void CudaOps::MoeInitOutput(const float* shared, const float* gate_logits, int32_t num_tokens,
+                            int32_t dim, float* out) {
+  LOOM_CUDA_RECORD(cuda::MoeInitOutput(shared, gate_logits, num_tokens, dim, out, stream_));
+}
+
+void CudaOps::MoeScatterAdd(const float* rows, int32_t num_rows, int32_t dim,
+                            const int32_t* tokens, const float* weights, float* out) {
+  LOOM_CUDA_RECORD(cuda::MoeScatterAdd(rows, num_rows, dim, tokens, weights, out, stream_));
 }
 
 }  // namespace loom

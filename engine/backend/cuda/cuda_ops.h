@@ -16,6 +16,14 @@
 // quantized embedding table is dequantized row by row (exactly, as ref::DequantizeRow). A
 // weight dtype without a kernel is recorded as InvalidArgument, never computed.
 //
+// Mixture-of-experts. The router's logits are copied to the host and routed there with the
+// reference's code (ref::MoeRouteToken, ref::MoeGroup: the CPU backend's arithmetic, ties broken
+// as torch.topk breaks them), and the routing is copied back; the block needs the per-expert row
+// counts on the host anyway, to size each expert's matmuls. So MoeRoute waits for the stream once
+// per sparse layer, and MoE steps run without graphs. The copies are small (a decode step of 8
+// experts, top 2: 32 bytes of logits per token). Gather, init and scatter-add are
+// kernels/cuda/moe.h; the experts' matmuls are Linear calls like any other.
+//
 // Errors. Ops return nothing: the first failure of a launch or a cuBLAS call is kept (with its
 // call site) and reported by TakeError, which the backend's Synchronize calls. Sizes beyond the
 // Reserve'd limits are programming errors (LOOM_CHECK): the step path never allocates.
@@ -90,6 +98,17 @@ class CudaOps final : public Ops {
   void WriteKv(const KvWriteArgs& args) override;
   void PagedAttention(const PagedAttentionArgs& args) override;
 
+  bool SupportsMoe() const override { return true; }
+  // Waits for the stream (the logits), routes on the host, queues the copies back. After a
+  // failure the host offsets are all 0 (no expert runs) and the error is recorded.
+  void MoeRoute(const MoeRouteArgs& args) override;
+  void GatherRows(const float* x, int64_t x_stride, const int32_t* rows, int32_t num_rows,
+                  int32_t dim, float* out) override;
+  void MoeInitOutput(const float* shared, const float* gate_logits, int32_t num_tokens,
+                     int32_t dim, float* out) override;
+  void MoeScatterAdd(const float* rows, int32_t num_rows, int32_t dim, const int32_t* tokens,
+                     const float* weights, float* out) override;
+
   // Keeps `status` when it is the first failure since the last TakeError.
   void Record(absl::Status status);
   // The first failure since the last call (OK when none), and forgets it.
@@ -120,6 +139,9 @@ class CudaOps final : public Ops {
   void* attention_workspace_ = nullptr;
   size_t attention_workspace_bytes_ = 0;
   void* cublas_workspace_ = nullptr;
+  // Pinned host memory for MoeRoute (OpsLimits::moe_num_experts > 0): the logits [T, E], then
+  // the routing [T, K] ids and weights, offsets [E + 1], grouped tokens and weights [T * K].
+  void* moe_host_ = nullptr;
   absl::Status error_;
 };
 
