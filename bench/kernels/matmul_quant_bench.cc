@@ -304,14 +304,19 @@ BENCHMARK(BM_QuantGemvHot)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
-// Args: format index, shape (0 gate/up 5632×2048, 1 down 2048×5632), threads. m = 512.
+// Args: format index, shape (0 gate/up 5632×2048, 1 down 2048×5632), threads, precision (0
+// kHighest: the f32 panel GEMM; 1 kBf16: on AVX512-BF16 machines the vdpbf16ps tiles with the
+// weights dequantized and rounded to bf16 as they are packed). m = 512.
 void BM_QuantGemm(benchmark::State& state) {
   const Format& format = kFormats[state.range(0)];
   const int64_t n = state.range(1) == 0 ? 5632 : 2048;
   const int64_t k = state.range(1) == 0 ? 2048 : 5632;
   const int threads = static_cast<int>(state.range(2));
+  const bool bf16 = state.range(3) == 1;
   const int64_t m = 512;
-  const MatmulOptions options{.path = MatmulPath::kGemm, .isa = std::nullopt};
+  const MatmulOptions options{.precision = bf16 ? MatmulPrecision::kBf16
+                                                : MatmulPrecision::kHighest,
+                              .path = MatmulPath::kGemm, .isa = std::nullopt};
   const Matrix weight(format.main, n, k, 7);
   const std::vector<float> x = RandomX(m, k);
   std::vector<float> y(static_cast<size_t>(m * n));
@@ -325,10 +330,10 @@ void BM_QuantGemm(benchmark::State& state) {
   state.counters["GFLOP/s"] =
       2.0 * static_cast<double>(m * n * k) * state.iterations() / seconds / 1e9;
   state.SetLabel(std::string(format.name) + (state.range(1) == 0 ? " gate_up" : " down") +
-                 " m=512 threads=" + std::to_string(threads));
+                 " m=512 threads=" + std::to_string(threads) + (bf16 ? " bf16" : " highest"));
 }
 BENCHMARK(BM_QuantGemm)
-    ->ArgsProduct({{0, 1, 2, 3, 4, 5, 7}, {0, 1}, {1, 2}})
+    ->ArgsProduct({{0, 1, 2, 3, 4, 5, 7}, {0, 1}, {1, 2}, {0, 1}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

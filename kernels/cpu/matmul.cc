@@ -74,7 +74,9 @@ void Run(Isa isa, MatmulPath path, const GroupArgs& args, ThreadPool& pool) {
                                                  : mi::GemmAvx512(args, pool);
     case Isa::kAmx:
       if (gemv) return Bf16DotGemv(args, pool);
-      return AllBf16(args.projections) ? mi::GemmAmx(args, pool) : mi::GemmAvx512(args, pool);
+      if (AllBf16(args.projections)) return mi::GemmAmx(args, pool);
+      return mi::GemmBf16DotAvx512Applies(args) ? mi::GemmBf16DotAvx512(args, pool)
+                                                 : mi::GemmAvx512(args, pool);
   }
 }
 

@@ -93,8 +93,10 @@ struct MatmulProjection {
 // How x may be rounded on the way into bf16 arithmetic. The AMX GEMM path uses it, and so do the
 // AVX-512 GEMM of bf16 weights and their GEMV for m = 1 at kBf16 (vdpbf16ps dot products, twice
 // the multiply-adds of an f32 FMA per instruction and no widening of the weights; kHighest keeps
-// the f32 FMA kernels there); every other path computes with f32 x (as accurate as kHighest or
-// more).
+// the f32 FMA kernels there). At kBf16 the AVX-512 / AMX GEMM of block-quantized weights takes
+// the same vdpbf16ps tiles, with the exactly dequantized weights rounded to bf16 as well (~2^-9
+// relative per weight, like x's rounding). Every other path computes with f32 x (as accurate as
+// kHighest or more).
 enum class MatmulPrecision : uint8_t {
   // x = x_hi + x_lo, both bf16 (x_hi = bf16(x), x_lo = bf16(x - x_hi)), two bf16 products per
   // weight into one f32 accumulator: ~2^-17 relative error per product. The default.

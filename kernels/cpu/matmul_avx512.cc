@@ -165,6 +165,13 @@ void GemvAvx512(const GroupArgs& args, ThreadPool& pool) {
   }
 }
 
+void QuantWidenRowsAvx512(const MatmulProjection& p, int64_t k, int64_t n0, int64_t rows,
+                          int64_t k0, int64_t len, int64_t ld, float* dst) {
+  WithQuantFormat(p.dtype, [&]<class F>(F) {
+    QuantWidenRows<Avx512, F>(p, k, n0, rows, k0, len, ld, dst);
+  });
+}
+
 void GemmAvx512(const GroupArgs& args, ThreadPool& pool) {
   RunPanelGroup<Avx512, kGemmRows>(args, pool, kGemmBlocking);
 }

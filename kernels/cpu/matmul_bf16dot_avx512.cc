@@ -17,6 +17,12 @@
 // Loop nest per thread and weight, as in matmul_panel_inl.h (whose workspace layout and write-out
 // it shares): m0 (mc tokens) > n0 (nc rows) > k0 (kc) > panel > kNr rows.
 //
+// Block-quantized weights (q8_0 ... q6_k) take the same tiles: each block of weight rows is
+// dequantized exactly (as ref::DequantizeRow) and rounded to bf16 as it is packed, once per mc
+// tokens. So the result is a bf16 matmul of bf16-rounded x and bf16-rounded dequantized weights,
+// at twice the multiply-adds per instruction of the f32 panel GEMM that the default precision
+// runs; the extra error is the weights' rounding, relative 2^-9 per element like x's.
+//
 // The GEMV at kBf16 for m = 1 (decode of one sequence): x is rounded once per call into bf16 in
 // the workspace, and vdpbf16ps takes 32 weights straight from the row as they are stored: one
 // load and one instruction per 64 bytes of weight, where the f32 FMA GEMV widens in two more.
@@ -64,6 +70,7 @@ constexpr int64_t kPanel = 32;
 // 182-193 to 192-203 GFLOP/s on one thread (bench/results/cpu_matmul.md).
 constexpr PanelBlocking kBlocking = {512, 256, 96};
 static_assert(kBlocking.kc % 2 == 0 && kBlocking.nc % kNr == 0 && kBlocking.mc % kPanel == 0);
+static_assert(kBlocking.kc % 256 == 0, "k blocks must hold whole quantization blocks");
 
 // 16 floats rounded to bf16 as F32ToBf16 rounds them (to nearest even, NaN kept quiet): 8 pair
 // words, element 2i in the low half of word i.
@@ -195,6 +202,59 @@ void PackWeightBlock(const MatmulProjection& p, int64_t k, int64_t n0, int64_t r
   }
 }
 
+// Floats of a thread's scratch for PackQuantWeightBlock: kNr rows of kc f32, then of kc bf16.
+constexpr int64_t kQuantScratchFloats = kNr * kBlocking.kc + kNr * kBlocking.kc / 2;
+// The scratch is the half of the thread's block room that the bf16 block leaves free.
+static_assert(kQuantScratchFloats <= kBlocking.nc * kBlocking.kc / 2);
+
+// Rows [n0, n0 + rows) × pairs [q0, q0 + num_pairs) of a block-quantized weight into the tile
+// order of PackWeightBlock: each group of kNr rows is dequantized exactly as ref::DequantizeRow
+// (QuantWidenRowsAvx512) into f32 at `scratch`, rounded to bf16 pairs as x is (RoundToPairs) and
+// transposed by PackFourRows; rows past `rows` are zero. 2 * num_pairs is a whole number of the
+// format's blocks (kc is a multiple of 256 and k of the block size), so of 32 elements.
+void PackQuantWeightBlock(const MatmulProjection& p, int64_t k, int64_t n0, int64_t rows,
+                          int64_t q0, int64_t num_pairs, float* scratch, uint32_t* dst) {
+  const int64_t len = 2 * num_pairs;
+  float* wide = scratch;                                            // [kNr][len] f32
+  auto* narrow = reinterpret_cast<uint32_t*>(scratch + kNr * len);  // [kNr][num_pairs] pairs
+  const int64_t groups = (rows + kNr - 1) / kNr;
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t group_rows = MinOf(int64_t{kNr}, rows - g * kNr);
+    QuantWidenRowsAvx512(p, k, n0 + g * kNr, group_rows, 2 * q0, len, len, wide);
+    for (int64_t r = 0; r < kNr; ++r) {
+      uint32_t* out = narrow + r * num_pairs;
+      if (r >= group_rows) {
+        std::memset(out, 0, sizeof(uint32_t) * static_cast<size_t>(num_pairs));
+        continue;
+      }
+      for (int64_t q = 0; q < num_pairs; q += 8) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + q),
+                            RoundToPairs(wide + r * len + 2 * q));
+      }
+    }
+    uint32_t* group_dst = dst + g * num_pairs * kNr;
+    for (int r = 0; r < kNr; r += 4) {
+      const uint16_t* src[4];
+      for (int i = 0; i < 4; ++i) {
+        src[i] = reinterpret_cast<const uint16_t*>(narrow + (r + i) * num_pairs);
+      }
+      for (int64_t q = 0; q < num_pairs; q += 16) PackFourRows(src, q, group_dst + q * kNr + r);
+    }
+  }
+}
+
+// Prefetches rows [r_begin, r_end) of p's block at (n0, k0, len), bf16 or block-quantized.
+void PrefetchRows(const MatmulProjection& p, int64_t k, int64_t n0, int64_t r_begin,
+                  int64_t r_end, int64_t k0, int64_t len) {
+  if (p.dtype == DType::kBF16) {
+    PrefetchBlockRows<Bf16Weight>(p, k, n0, r_begin, r_end, k0, len);
+    return;
+  }
+  WithQuantFormat(p.dtype, [&]<class F>(F) {
+    PrefetchBlockRows<QuantWeight<F>>(p, k, n0, r_begin, r_end, k0, len);
+  });
+}
+
 // The tile's sums over `num_pairs` pairs, stored to (first) or added to `acc_out` (stride ld).
 template <int kMv>
 void PairsTile(const uint32_t* xt, const uint32_t* w, int64_t num_pairs, float* acc_out,
@@ -235,7 +295,9 @@ void PairsRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begi
   const int64_t pairs = (x.k + 1) / 2;
   const int64_t block_pairs = b.kc / 2;
   auto* block = reinterpret_cast<uint32_t*>(thread_buffer);
+  float* quant_scratch = thread_buffer + b.nc * b.kc / 2;
   float* acc = thread_buffer + b.nc * b.kc;
+  const bool quantized = p.dtype != DType::kBF16;
   for (int64_t m0 = 0; m0 < x.m; m0 += b.mc) {
     const int64_t m1 = MinOf(x.m, m0 + b.mc);
     const int64_t panels = (m1 - m0 + kPanel - 1) / kPanel;
@@ -244,7 +306,11 @@ void PairsRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begi
       const int64_t groups = (rows + kNr - 1) / kNr;
       for (int64_t q0 = 0; q0 < pairs; q0 += block_pairs) {
         const int64_t num_pairs = MinOf(block_pairs, pairs - q0);
-        PackWeightBlock(p, x.k, n0, rows, q0, num_pairs, block);
+        if (quantized) {
+          PackQuantWeightBlock(p, x.k, n0, rows, q0, num_pairs, quant_scratch, block);
+        } else {
+          PackWeightBlock(p, x.k, n0, rows, q0, num_pairs, block);
+        }
         // The block after this one, the next k block of these rows or else the next rows' first,
         // is prefetched a share of rows per panel (as the FMA panels do): without it the pack
         // waits on DRAM for each row's few lines in turn.
@@ -256,8 +322,8 @@ void PairsRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begi
         for (int64_t i = m0; i < m1; i += kPanel) {
           const uint32_t* xt = x_panels + (i / kPanel) * kPanel * pairs + q0 * kPanel;
           const int64_t panel = (i - m0) / kPanel;
-          PrefetchBlockRows<Bf16Weight>(p, x.k, next_n0, panel * next_rows / panels,
-                                        (panel + 1) * next_rows / panels, 2 * next_q0, next_len);
+          PrefetchRows(p, x.k, next_n0, panel * next_rows / panels,
+                       (panel + 1) * next_rows / panels, 2 * next_q0, next_len);
           for (int64_t g = 0; g < groups; ++g) {
             float* acc_tile = acc + g * kNr * b.mc + (i - m0);
             const uint32_t* w = block + g * num_pairs * kNr;
@@ -371,7 +437,9 @@ void GemvRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begin
 bool GemmBf16DotAvx512Applies(const GroupArgs& args) {
   if (args.precision != MatmulPrecision::kBf16) return false;
   for (const MatmulProjection& p : args.projections) {
-    if (p.dtype != DType::kBF16) return false;
+    // A quantized row is whole blocks (the dispatcher's check), and kc is whole blocks of every
+    // format.
+    if (p.dtype != DType::kBF16 && !IsQuantizedDType(p.dtype)) return false;
   }
   return true;
 }

@@ -45,7 +45,8 @@ void GemmAmx(const GroupArgs& args, ThreadPool& pool);
 size_t GemmAmxWorkspaceBytes(int64_t m, int64_t k, int num_threads, MatmulPrecision precision);
 
 // The AVX512-BF16 GEMM (matmul_bf16dot_avx512.cc): vdpbf16ps on bf16 weights and bf16-rounded x.
-// It applies when the precision is kBf16 and every projection is bf16; its workspace never
+// It applies when the precision is kBf16 and every projection is bf16 or block-quantized (those
+// weights dequantized exactly, then rounded to bf16 as they are packed); its workspace never
 // exceeds GemmAvx512WorkspaceBytes' (it is checked against it).
 bool GemmBf16DotAvx512Applies(const GroupArgs& args);
 void GemmBf16DotAvx512(const GroupArgs& args, ThreadPool& pool);
@@ -56,6 +57,12 @@ int64_t GemvBf16DotMaxM();
 bool GemvBf16DotAvx512Applies(const GroupArgs& args);
 void GemvBf16DotAvx512(const GroupArgs& args, ThreadPool& pool);
 size_t GemvBf16DotAvx512WorkspaceBytes(int64_t m, int64_t k);
+
+// dst[r * ld + kk] = the block-quantized weight p at (n0 + r, k0 + kk) in f32, exactly as
+// ref::DequantizeRow, for r < rows and kk < len (k0 and len whole blocks of p's format);
+// AVX-512 code (matmul_avx512.cc), for the vdpbf16ps GEMM's weight packing.
+void QuantWidenRowsAvx512(const MatmulProjection& p, int64_t k, int64_t n0, int64_t rows,
+                          int64_t k0, int64_t len, int64_t ld, float* dst);
 
 // The AVX-512 dot-product kernel over weight rows [row_begin, row_end) of one projection on the
 // calling thread, no workspace; the AMX path hands it the rows its tiles do not cover.

@@ -195,6 +195,62 @@ INSTANTIATE_TEST_SUITE_P(AllPaths, QuantMatmulTest,
                                           testing::ValuesIn(kFormats)),
                          QuantCaseName);
 
+// MatmulPrecision::kBf16 on the GEMM path of AVX-512 (and AMX, whose GEMM takes the same tiles
+// for quantized weights): vdpbf16ps on x rounded to bf16 and on the exactly dequantized weights
+// rounded to bf16. Products of two bf16 are exact in f32, so against ref::Matmul on both rounded
+// operands the error is f32 summation order, kTolerance as above; an unrounded or wrongly packed
+// weight is off by far more. m spans partial x panels, n partial groups of 12 rows, k one to
+// several k blocks (kc = 256), with and without bias, 1 to 3 threads.
+class QuantMatmulBf16Test : public testing::TestWithParam<std::tuple<Isa, DType>> {};
+
+float RoundedToBf16(float v) { return Bf16ToF32(F32ToBf16(v)); }
+
+TEST_P(QuantMatmulBf16Test, MatchesRoundedReference) {
+  const auto [isa, dtype] = GetParam();
+  if (!IsaSupported(isa)) GTEST_SKIP() << IsaName(isa) << " is not supported by this CPU";
+  const MatmulOptions options{MatmulPrecision::kBf16, MatmulPath::kGemm, isa};
+  const int64_t block = TraitsOf(dtype).block_elems;
+  std::mt19937 rng(static_cast<uint32_t>(300 + static_cast<int>(dtype)));
+  int index = 0;
+  for (int64_t m : {17, 64, 130}) {
+    for (int64_t blocks : {1, 3, 9, 17}) {
+      ++index;
+      const int64_t k = blocks * block;
+      const int64_t n = kNs[index % std::size(kNs)] + 12;
+      const int threads = 1 + index % 3;
+      const int64_t x_stride = k + (index % 2 ? 5 : 0);
+      const std::vector<float> x = RandomFloats((m - 1) * x_stride + k, rng);
+      const QuantWeight w = MakeQuantWeight(dtype, n, k, rng);
+      const std::vector<float> bias = RandomFloats(n, rng);
+      const float* bias_ptr = index % 2 == 0 ? bias.data() : nullptr;
+      std::vector<float> y(static_cast<size_t>(m * n), std::nanf(""));
+      std::vector<uint8_t> ws(MatmulWorkspaceBytes(m, k, threads, options));
+      const MatmulStatus status = Matmul({x.data(), m, k, x_stride},
+                                         {w.data, dtype, n, bias_ptr, y.data(), n},
+                                         Pool(threads), ws.data(), ws.size(), options);
+      ASSERT_EQ(status, MatmulStatus::kOk) << MatmulStatusName(status);
+      std::vector<float> x_rounded = x;
+      for (float& v : x_rounded) v = RoundedToBf16(v);
+      QuantWeight rounded;
+      rounded.dtype = dtype;
+      rounded.dequantized = w.dequantized;
+      for (float& v : rounded.dequantized) v = RoundedToBf16(v);
+      ExpectMatchesReference(x_rounded, m, k, x_stride, rounded, n, bias_ptr, y, n,
+                             "m=" + std::to_string(m) + " k=" + std::to_string(k) +
+                                 " n=" + std::to_string(n) + " threads=" +
+                                 std::to_string(threads));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Bf16Tiles, QuantMatmulBf16Test,
+    testing::Combine(testing::Values(Isa::kAvx512, Isa::kAmx), testing::ValuesIn(kFormats)),
+    [](const testing::TestParamInfo<std::tuple<Isa, DType>>& info) {
+      return std::string(IsaName(std::get<0>(info.param))) + "_" +
+             std::string(DTypeName(std::get<1>(info.param)));
+    });
+
 class QuantMatmulIsaTest : public testing::TestWithParam<Isa> {};
 
 // One group sharing x whose projections mix formats, as q/k/v and gate/up of a Q4_K_M file do
