@@ -4,6 +4,8 @@
 // matmul_{scalar,avx2,avx512,amx}.cc.
 #include "kernels/cpu/matmul.h"
 
+#include <algorithm>
+
 #include "kernels/cpu/matmul_internal.h"
 
 namespace loom::cpu {
@@ -95,10 +97,12 @@ size_t GemmWorkspaceBytes(Isa isa, int64_t m, int64_t k, int num_threads,
       return fma > dot ? fma : dot;
     }
     case Isa::kAmx: {
-      // The dtype is not known here: enough for the tiles and for the AVX-512 fallback.
+      // The dtype is not known here: enough for the tiles and for the AVX-512 fallbacks (the
+      // vdpbf16ps GEMM takes quantized groups at kBf16).
       const size_t amx = mi::GemmAmxWorkspaceBytes(m, k, num_threads, precision);
       const size_t fma = mi::GemmAvx512WorkspaceBytes(m, k, num_threads);
-      return amx > fma ? amx : fma;
+      const size_t dot = mi::GemmBf16DotAvx512WorkspaceBytes(m, k, num_threads);
+      return std::max({amx, fma, dot});
     }
   }
   return 0;

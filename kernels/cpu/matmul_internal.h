@@ -46,8 +46,9 @@ size_t GemmAmxWorkspaceBytes(int64_t m, int64_t k, int num_threads, MatmulPrecis
 
 // The AVX512-BF16 GEMM (matmul_bf16dot_avx512.cc): vdpbf16ps on bf16 weights and bf16-rounded x.
 // It applies when the precision is kBf16 and every projection is bf16 or block-quantized (those
-// weights dequantized exactly, then rounded to bf16 as they are packed); its workspace never
-// exceeds GemmAvx512WorkspaceBytes' (it is checked against it).
+// weights dequantized exactly, then rounded to bf16 as they are packed). Its workspace
+// (GemmBf16DotAvx512WorkspaceBytes) is part of what the dispatcher reserves on the AVX-512 and
+// AMX levels.
 bool GemmBf16DotAvx512Applies(const GroupArgs& args);
 void GemmBf16DotAvx512(const GroupArgs& args, ThreadPool& pool);
 size_t GemmBf16DotAvx512WorkspaceBytes(int64_t m, int64_t k, int num_threads);

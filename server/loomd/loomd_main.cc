@@ -55,6 +55,7 @@ absl::StatusOr<EngineConfig> MakeEngineConfig(const ServerConfig& c) {
   e.cuda_graphs = c.cuda_graphs;
   // The configuration only accepts "f32" and "int8".
   e.int8_activations = c.quantized_activations == "int8";
+  e.fast_bf16_matmul = c.fast_bf16_matmul;
   e.max_num_batched_tokens = static_cast<int32_t>(c.max_num_batched_tokens);
   e.max_num_seqs = static_cast<int32_t>(c.max_num_seqs);
   e.populate_kv_cache = true;  // the whole cache resident from the start

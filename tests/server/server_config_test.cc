@@ -133,6 +133,19 @@ TEST(ServerConfigTest, QuantizedActivationsIsF32OrInt8) {
   EXPECT_NE(s.message().find("quantized_activations"), std::string_view::npos) << s;
 }
 
+TEST(ServerConfigTest, FastBf16MatmulIsOffByDefault) {
+  FakeEnv env;
+  ServerConfig c;
+  ASSERT_TRUE(Load({}, env, &c).ok());
+  EXPECT_FALSE(c.fast_bf16_matmul);
+  ASSERT_TRUE(Load({"--fast-bf16-matmul"}, env, &c).ok());
+  EXPECT_TRUE(c.fast_bf16_matmul);
+  env.vars["LOOM_FAST_BF16_MATMUL"] = "maybe";
+  const absl::Status s = Load({}, env, &c);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("fast_bf16_matmul"), std::string_view::npos) << s;
+}
+
 // The expert cache's keys: off by default, sized in MiB, a policy the scheduler knows, a
 // boolean that needs --flag=false to turn off, and no cache on a backend without one.
 TEST(ServerConfigTest, ExpertCacheKeys) {
