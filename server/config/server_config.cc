@@ -91,9 +91,10 @@ const std::vector<Key>& Keys() {
        "~0.5-0.8 % relative error)",
        &C::quantized_activations, {}, {"f32", "int8"}},
       {"fast_bf16_matmul", "",
-       "CPU: matmuls round activations to bf16 once (prefill, and one-sequence decode of bf16 "
-       "weights, on AVX512-BF16 / AMX CPUs about twice as fast; ~2^-9 relative error per "
-       "product) instead of the f32-accurate default",
+       "CPU: matmuls round activations to bf16 once instead of the f32-accurate default "
+       "(~2^-9 relative error per product): on AVX512-BF16 / AMX CPUs prefill runs about twice "
+       "as fast (GGUF-quantized weights rounded to bf16 too), and so does one-sequence decode "
+       "of bf16 weights",
        &C::fast_bf16_matmul},
       {"block_size", "tokens", "tokens per KV block (0 = 16, or 32 for low-bit KV)",
        &C::block_size, {0, 1024}},

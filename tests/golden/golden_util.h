@@ -106,6 +106,7 @@ struct EngineSetup {
   BackendKind backend = BackendKind::kCpu;
   bool cuda_graphs = true;
   bool cpu_pretend_graphs = false;
+  bool fast_bf16_matmul = false;
 };
 
 inline std::unique_ptr<LocalExecutor> MakeExecutor(const Golden& g, const EngineSetup& setup) {
@@ -117,6 +118,7 @@ inline std::unique_ptr<LocalExecutor> MakeExecutor(const Golden& g, const Engine
   config.backend = setup.backend;
   config.cuda_graphs = setup.cuda_graphs;
   config.cpu_pretend_graphs = setup.cpu_pretend_graphs;
+  config.fast_bf16_matmul = setup.fast_bf16_matmul;
   config.num_kv_blocks = 512;
   config.max_num_batched_tokens = 256;
   config.max_num_seqs = 16;
