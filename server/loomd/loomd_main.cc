@@ -209,7 +209,7 @@ int Run(const std::vector<std::string>& args) {
            tokens / std::max(ctx.model.max_context_len, 1), " sequences fit at once");
   LogExpertCache(config, ctx.model, ctx.capacity);
   if (config.backend == "cpu" && IsQuantizedDType(ctx.model.weight_dtype) &&
-      config.quantized_activations == "f32") {
+      config.quantized_activations == "f32" && !config.fast_bf16_matmul) {
     LOOM_LOG(kInfo, "weights ", DTypeName(ctx.model.weight_dtype),
              ": matmuls take f32 activations, exact to the dequantized weights; "
              "--quantized-activations int8 runs llama.cpp's int8 arithmetic instead (faster: "
