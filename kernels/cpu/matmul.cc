@@ -140,15 +140,18 @@ int64_t MatmulGemvMaxM(Isa isa) {
 }
 
 int64_t MatmulQuantGemvMaxM(Isa isa, DType dtype, QuantActivations quant_activations) {
-  // bench/results/cpu_matmul_quant.md (BM_QuantPathCrossover, AVX2, 2 threads). With f32 x the
+  // bench/results/cpu_matmul_quant.md (BM_QuantPathCrossover, 2 threads). With f32 x the
   // quantized GEMV pays the widening and an f32 FMA per weight and x row; the panel GEMM
-  // (weights dequantized once per block, reused over 16-token panels) catches up at about 16 rows
-  // for q8_0 / q4_0 and between 4 and 8 for the k-quants, whose decode costs more. The int8 GEMV
-  // is ahead of the GEMM, or level, through 16 rows for every format. AVX-512 / AMX: the AVX2
-  // figures until measured there; scalar: the float limit.
+  // (weights dequantized once per block, reused over the token panels) catches up, on AVX2, at
+  // about 16 rows for q8_0 / q4_0 and between 4 and 8 for the k-quants, whose decode costs more.
+  // On AVX-512 (Zen 4; the AMX level runs the same kernels for quantized weights) the GEMV is
+  // ahead at 16 rows for q8_0 / q4_0 (114 / 213 ms against 149 / 367 per sweep) and at 8 for
+  // Q4_K_M (158 against 376), the GEMM at 16 for Q4_K_M (215 against 303). The int8 GEMV is
+  // ahead of the GEMM, or level, through 16 rows for every format. Scalar: the float limit.
   if (isa == Isa::kScalar) return MatmulGemvMaxM(isa);
   if (quant_activations == QuantActivations::kInt8) return 16;
   const bool k_quant = TraitsOf(dtype).block_elems == 256;
+  if (isa == Isa::kAvx512 || isa == Isa::kAmx) return k_quant ? 8 : 16;
   return k_quant ? 4 : 8;
 }
 
