@@ -470,7 +470,8 @@ absl::StatusOr<std::unique_ptr<GgufTensorView>> MapGgufTensors(const GgufFile& f
       if (q || k) {
         const std::optional<int64_t> n = q ? heads : kv_heads;
         const int64_t rows = t.shape.empty() ? 0 : t.shape[0];
-        if (!n || *n < 1 || rows % (2 * *n) != 0) {
+        // rows % (2 n) without forming 2 n, which a file's head count can overflow.
+        if (!n || *n < 1 || rows % 2 != 0 || (rows / 2) % *n != 0) {
           return absl::InvalidArgumentError(StrCat(file.path(), ": tensor '", g.name, "' has ",
                                                    rows, " rows, not whole heads of even size"));
         }
