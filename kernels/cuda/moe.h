@@ -6,7 +6,7 @@
 //   MoeScatterAdd:  out[tokens[r], :] += weights[r] * rows[r, :]   (the tokens distinct)
 //
 // Routing itself (softmax, top-k, grouping by expert) is not here: the CUDA backend routes on the
-// host with ref::MoeRouteToken / ref::MoeGroup (engine/backend/cuda/cuda_ops.h says why).
+// host with ref::MoeRoute (engine/backend/cuda/cuda_ops.h says why).
 //
 // Work split: one block per output row (blocks loop over rows past 65536), up to 256 threads
 // walking the row in vectors of 4, 2 or 1 floats. Each output element is written by one thread

@@ -100,7 +100,8 @@ TEST_P(GoldenTest, Bf16KvCacheStaysClose) {
 // weights too (kernels/cpu/matmul.h); f16 and f32 weights keep f32 arithmetic. That is the bf16
 // KV cache's perturbation on every matmul instead of on K and V: on Zen 4 the logits (std ~2)
 // moved by at most 0.27 (gguf_q5_k; 1e-5 for the f16/f32 checkpoints), so greedy choices may
-// flip only at near ties. Elsewhere the setting changes nothing and the check is the f32 one.
+// flip only at near ties. On AVX2-only CPUs the setting changes nothing and the check is the
+// f32 one.
 // (Skipped for the mixture-of-experts variants, as the bf16 KV case is.)
 constexpr float kFastBf16Tolerance = 0.4f;
 TEST_P(GoldenTest, FastBf16MatmulStaysClose) {

@@ -347,12 +347,7 @@ void CudaOps::MoeRoute(const MoeRouteArgs& args) {
     return;
   }
   if (!error_.ok()) return;  // the logits may be garbage after an earlier failure
-  for (int32_t t = 0; t < args.num_tokens; ++t) {
-    ref::MoeRouteToken(host.logits + int64_t{t} * e, e, args.top_k, args.renormalize,
-                       host.expert_ids + int64_t{t} * args.top_k,
-                       host.expert_weights + int64_t{t} * args.top_k);
-  }
-  ref::MoeGroup(host);
+  ref::MoeRoute(host);
   std::copy(host.expert_offsets, host.expert_offsets + e + 1, args.host_expert_offsets);
   const size_t pairs = static_cast<size_t>(args.num_tokens) * args.top_k;
   const struct {

@@ -17,9 +17,9 @@
 // weight dtype without a kernel is recorded as InvalidArgument, never computed.
 //
 // Mixture-of-experts. The router's logits are copied to the host and routed there with the
-// reference's code (ref::MoeRouteToken, ref::MoeGroup: the CPU backend's arithmetic, ties broken
-// as torch.topk breaks them), and the routing is copied back; the block needs the per-expert row
-// counts on the host anyway, to size each expert's matmuls. So MoeRoute waits for the stream once
+// reference's code (ref::MoeRoute: the CPU backend's arithmetic, ties broken as torch.topk
+// breaks them), and the routing is copied back; the block needs the per-expert row counts on the
+// host anyway, to size each expert's matmuls. So MoeRoute waits for the stream once
 // per sparse layer, and MoE steps run without graphs. The copies are small (a decode step of 8
 // experts, top 2: 32 bytes of logits per token). Gather, init and scatter-add are
 // kernels/cuda/moe.h; the experts' matmuls are Linear calls like any other.
