@@ -42,6 +42,26 @@ class DeviceBuffer {
   int64_t bytes_ = 0;
 };
 
+// Host memory from Backend::AllocateHost, released with the backend's own call (page-locked
+// memory on CUDA, so that a CopyQueue reads it at the bus's full speed).
+struct HostMemoryRelease {
+  void (*release)(void*) = nullptr;
+  void operator()(uint8_t* data) const {
+    if (data != nullptr && release != nullptr) release(data);
+  }
+};
+using HostMemory = std::unique_ptr<uint8_t[], HostMemoryRelease>;
+
+// Host-to-device copies beside the ops' queue (CUDA: a stream of its own), for a thread other than
+// the engine loop, e.g. an expert loader. CopyToDevice returns once the bytes are in device
+// memory. It neither waits for the ops nor is ordered with them: the caller makes sure that no op
+// queued or running reads or writes `device_dst` meanwhile. One thread uses a queue.
+class CopyQueue {
+ public:
+  virtual ~CopyQueue() = default;
+  virtual absl::Status CopyToDevice(void* device_dst, const void* host_src, int64_t bytes) = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -55,6 +75,11 @@ class Backend {
   virtual void CopyToHost(void* host_dst, const void* device_src, int64_t bytes) = 0;
   // Copies within this backend's memory (queued in order with the ops; a memcpy on the CPU).
   virtual void CopyWithinDevice(void* device_dst, const void* device_src, int64_t bytes) = 0;
+  // Host memory that CopyQueue copies from, at least 64-byte aligned (ResourceExhausted when it
+  // is not there).
+  virtual absl::StatusOr<HostMemory> AllocateHost(int64_t bytes) = 0;
+  // A copy queue for one other thread.
+  virtual absl::StatusOr<std::unique_ptr<CopyQueue>> CreateCopyQueue() = 0;
   // Waits until all work issued so far has finished; reports a device failure (marked with
   // MarkFatalDeviceError, engine/api/executor.h, when the device cannot recover).
   virtual absl::Status Synchronize() = 0;

@@ -1,5 +1,6 @@
 #include "engine/backend/cpu_backend.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -131,6 +132,34 @@ absl::StatusOr<DeviceBuffer> CpuBackend::Allocate(int64_t bytes) {
 }
 
 void CpuBackend::Free(void* data, int64_t) { std::free(data); }
+
+namespace {
+
+// The CPU's memory is the host's: a copy queue is a memcpy.
+class MemcpyQueue final : public CopyQueue {
+ public:
+  absl::Status CopyToDevice(void* device_dst, const void* host_src, int64_t bytes) override {
+    std::memcpy(device_dst, host_src, static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<HostMemory> CpuBackend::AllocateHost(int64_t bytes) {
+  constexpr size_t kPage = 4096;
+  const size_t rounded = (static_cast<size_t>(std::max<int64_t>(bytes, 1)) + kPage - 1) / kPage *
+                         kPage;
+  auto* data = static_cast<uint8_t*>(std::aligned_alloc(kPage, rounded));
+  if (data == nullptr) {
+    return absl::ResourceExhaustedError(StrCat("cannot allocate ", bytes, " bytes of host memory"));
+  }
+  return HostMemory(data, HostMemoryRelease{&std::free});
+}
+
+absl::StatusOr<std::unique_ptr<CopyQueue>> CpuBackend::CreateCopyQueue() {
+  return std::make_unique<MemcpyQueue>();
+}
 
 void CpuBackend::CopyToDevice(void* device_dst, const void* host_src, int64_t bytes) {
   std::memcpy(device_dst, host_src, static_cast<size_t>(bytes));

@@ -124,7 +124,9 @@ class Ops {
   // the grouping of the (token, slot) pairs by expert. Before it returns, it also writes the
   // expert offsets to args.host_expert_offsets (host memory): the MoE block sizes each expert's
   // matmul from them. A backend whose memory is not the host's synchronizes here, so a step of
-  // a mixture-of-experts model is not captured as a graph.
+  // a mixture-of-experts model is not captured as a graph, and when MoeRoute returns every op
+  // queued before it has finished (the expert cache relies on it to unpin the earlier layers'
+  // experts, engine/experts/stored_experts.h).
   virtual void MoeRoute(const MoeRouteArgs& args);
 
   // out[r, :] = x[rows[r], :], out: [num_rows, dim] contiguous.

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include <limits>
 
 #include "engine/common/logging.h"
+#include "engine/common/status.h"
 #include "engine/common/strings.h"
 
 namespace loom {
@@ -44,17 +46,95 @@ int64_t ReadFully(int fd, uint8_t* dst, int64_t pos, int64_t len) {
   return done;
 }
 
+// The CPU backend's tiers: slots in RAM, homes in the checkpoint's files.
+class FileTiers final : public ExpertTiers {
+ public:
+  // Takes the descriptors (closed with the tiers); direct_fds[i] is -1 where O_DIRECT is off.
+  FileTiers(std::vector<int> fds, std::vector<int> direct_fds, size_t slot_memory_bytes)
+      : fds_(std::move(fds)), direct_fds_(std::move(direct_fds)) {
+    // On 2 MiB boundaries and marked for transparent huge pages: gigabytes of slots are first
+    // touched by O_DIRECT reads (one fault per 2 MiB instead of per 4 KiB) and then read by the
+    // expert GEMVs (fewer TLB misses). One cold start of a 17 GB cache: 90.8 s before, 75.1 s
+    // after.
+    constexpr size_t kHugePage = size_t{2} << 20;
+    const size_t bytes = (slot_memory_bytes + kHugePage - 1) / kHugePage * kHugePage;
+    slots_ = static_cast<uint8_t*>(std::aligned_alloc(kHugePage, bytes));
+    if (slots_ != nullptr) ::madvise(slots_, bytes, MADV_HUGEPAGE);
+    direct_ = std::any_of(direct_fds_.begin(), direct_fds_.end(), [](int fd) { return fd >= 0; });
+  }
+  ~FileTiers() override {
+    std::free(slots_);
+    for (int fd : direct_fds_) {
+      if (fd >= 0) ::close(fd);
+    }
+    for (int fd : fds_) ::close(fd);
+  }
+
+  uint8_t* slots() const override { return slots_; }
+  bool direct_io() const override { return direct_.load(); }
+  absl::Status Load(const ExpertLocation& location, std::span<const int64_t> part_offsets,
+                    uint8_t* slot) override;
+
+ private:
+  const std::vector<int> fds_;
+  // Per file: -1 when O_DIRECT is unavailable (or failed once). The loader's only.
+  std::vector<int> direct_fds_;
+  uint8_t* slots_ = nullptr;
+  std::atomic<bool> direct_{false};
+};
+
+absl::Status FileTiers::Load(const ExpertLocation& location, std::span<const int64_t> part_offsets,
+                             uint8_t* slot) {
+  for (size_t i = 0; i < location.parts.size(); ++i) {
+    const ExpertPart& part = location.parts[i];
+    const size_t file = static_cast<size_t>(part.file);
+    const int64_t in_page = part.offset % kPage;
+    uint8_t* chunk = slot + part_offsets[i] - in_page;
+    const int64_t need = in_page + part.bytes;
+    int64_t got = -EINVAL;
+    if (direct_fds_[file] >= 0) {
+      // Whole pages into the page-aligned chunk; the last may run past the end of the file.
+      got = ReadFully(direct_fds_[file], chunk, part.offset - in_page, RoundUp(need, kPage));
+      if (got == -EINVAL) {
+        LOOM_LOG(kWarning, "O_DIRECT reads are refused here; expert reads go through the page "
+                 "cache and drop it afterwards");
+        ::close(direct_fds_[file]);
+        direct_fds_[file] = -1;
+        direct_ = std::any_of(direct_fds_.begin(), direct_fds_.end(),
+                              [](int fd) { return fd >= 0; });
+      }
+    }
+    if (direct_fds_[file] < 0) {
+      got = ReadFully(fds_[file], chunk + in_page, part.offset, part.bytes);
+      if (got >= 0) got += in_page;
+      (void)::posix_fadvise(fds_[file], part.offset, part.bytes, POSIX_FADV_DONTNEED);
+    }
+    if (got < 0) {
+      return absl::DataLossError(StrCat("reading expert ", KeyText(location.key), ": ",
+                                        std::strerror(static_cast<int>(-got))));
+    }
+    if (got < need) {
+      return absl::DataLossError(StrCat("reading expert ", KeyText(location.key),
+                                        ": the file ended ", need - got, " bytes early"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Create(
     const std::vector<std::string>& paths, std::vector<ExpertLocation> experts,
     const ExpertStoreOptions& options) {
+  // Closed here unless the tiers took them.
   std::vector<int> fds, direct_fds;
   auto close_all = [&] {
     for (int fd : fds) ::close(fd);
     for (int fd : direct_fds) {
       if (fd >= 0) ::close(fd);
     }
+    fds.clear();
+    direct_fds.clear();
   };
   std::vector<int64_t> file_bytes;
   for (const std::string& path : paths) {
@@ -74,71 +154,76 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Create(
     direct_fds.push_back(options.direct_io ? ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT)
                                            : -1);
   }
+  auto store = CreateWithTiers(
+      paths, file_bytes, std::move(experts), options,
+      [&](int64_t slot_bytes, int32_t num_slots)
+          -> absl::StatusOr<std::unique_ptr<ExpertTiers>> {
+        auto tiers = std::make_unique<FileTiers>(std::move(fds), std::move(direct_fds),
+                                                 static_cast<size_t>(slot_bytes * num_slots));
+        fds.clear();
+        direct_fds.clear();
+        if (tiers->slots() == nullptr) {
+          return absl::ResourceExhaustedError(
+              StrCat("cannot allocate ", num_slots, " expert slots of ", slot_bytes, " bytes"));
+        }
+        return tiers;
+      });
+  close_all();
+  return store;
+}
+
+absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::CreateWithTiers(
+    const std::vector<std::string>& home_names, const std::vector<int64_t>& home_bytes,
+    std::vector<ExpertLocation> experts, const ExpertStoreOptions& options,
+    const ExpertTiersFactory& make_tiers) {
   int64_t slot_bytes = kPage;
   absl::flat_hash_map<ExpertKey, Entry> entries;
   for (ExpertLocation& location : experts) {
     Entry entry;
     int64_t cursor = 0;
     for (const ExpertPart& part : location.parts) {
-      if (part.file < 0 || part.file >= static_cast<int32_t>(paths.size())) {
-        close_all();
+      if (part.file < 0 || part.file >= static_cast<int32_t>(home_bytes.size())) {
         return absl::InvalidArgumentError(
             StrCat("expert ", KeyText(location.key), " names file ", part.file, " of ",
-                   paths.size()));
+                   home_bytes.size()));
       }
-      const int64_t size = file_bytes[static_cast<size_t>(part.file)];
+      const int64_t size = home_bytes[static_cast<size_t>(part.file)];
       if (part.offset < 0 || part.bytes <= 0 || part.offset > size - part.bytes) {
-        close_all();
-        return absl::DataLossError(StrCat(paths[static_cast<size_t>(part.file)], ": expert ",
-                                          KeyText(location.key), " needs bytes [", part.offset,
-                                          ", ", part.offset + part.bytes, ") of a file of ", size,
-                                          " bytes"));
+        return absl::DataLossError(StrCat(home_names[static_cast<size_t>(part.file)],
+                                          ": expert ", KeyText(location.key), " needs bytes [",
+                                          part.offset, ", ", part.offset + part.bytes,
+                                          ") of a file of ", size, " bytes"));
       }
       entry.part_offsets.push_back(cursor + part.offset % kPage);
       cursor += RoundUp(part.offset % kPage + part.bytes, kPage);
     }
     if (location.parts.empty()) {
-      close_all();
       return absl::InvalidArgumentError(StrCat("expert ", KeyText(location.key), " has no parts"));
     }
     slot_bytes = std::max(slot_bytes, cursor);
     const ExpertKey key = location.key;
     entry.location = std::move(location);
     if (!entries.emplace(key, std::move(entry)).second) {
-      close_all();
       return absl::InvalidArgumentError(StrCat("expert ", KeyText(key), " is listed twice"));
     }
   }
   const int32_t num_slots = static_cast<int32_t>(std::clamp<int64_t>(
       options.budget_bytes / slot_bytes, 1,
       std::max<int64_t>(1, static_cast<int64_t>(entries.size()))));
-  auto store = std::unique_ptr<ExpertStore>(
-      new ExpertStore(std::move(fds), std::move(direct_fds), slot_bytes, num_slots));
-  if (store->slots_ == nullptr) {
-    return absl::ResourceExhaustedError(
-        StrCat("cannot allocate ", num_slots, " expert slots of ", slot_bytes, " bytes"));
-  }
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<ExpertTiers> tiers, make_tiers(slot_bytes, num_slots));
+  auto store =
+      std::unique_ptr<ExpertStore>(new ExpertStore(std::move(tiers), slot_bytes, num_slots));
   store->entries_ = std::move(entries);
   store->loader_ = std::thread([s = store.get()] { s->LoaderLoop(); });
   return store;
 }
 
-ExpertStore::ExpertStore(std::vector<int> fds, std::vector<int> direct_fds, int64_t slot_bytes,
+ExpertStore::ExpertStore(std::unique_ptr<ExpertTiers> tiers, int64_t slot_bytes,
                          int32_t num_slots)
-    : fds_(std::move(fds)), direct_fds_(std::move(direct_fds)), slot_bytes_(slot_bytes) {
-  // On 2 MiB boundaries and marked for transparent huge pages: gigabytes of slots are first
-  // touched by O_DIRECT reads (one fault per 2 MiB instead of per 4 KiB) and then read by the
-  // expert GEMVs (fewer TLB misses). One cold start of a 17 GB cache: 90.8 s before, 75.1 s after.
-  constexpr size_t kHugePage = size_t{2} << 20;
-  const size_t bytes = (static_cast<size_t>(slot_bytes * num_slots) + kHugePage - 1) / kHugePage *
-                       kHugePage;
-  slots_ = static_cast<uint8_t*>(std::aligned_alloc(kHugePage, bytes));
-  if (slots_ != nullptr) ::madvise(slots_, bytes, MADV_HUGEPAGE);
+    : tiers_(std::move(tiers)), slot_bytes_(slot_bytes), slots_(tiers_->slots()) {
   slot_owner_.resize(static_cast<size_t>(num_slots));
   slot_used_.assign(static_cast<size_t>(num_slots), false);
   stats_.num_slots = num_slots;
-  stats_.direct_io =
-      std::any_of(direct_fds_.begin(), direct_fds_.end(), [](int fd) { return fd >= 0; });
 }
 
 ExpertStore::~ExpertStore() {
@@ -148,11 +233,6 @@ ExpertStore::~ExpertStore() {
   }
   cv_.notify_all();
   if (loader_.joinable()) loader_.join();
-  std::free(slots_);
-  for (int fd : direct_fds_) {
-    if (fd >= 0) ::close(fd);
-  }
-  for (int fd : fds_) ::close(fd);
 }
 
 absl::StatusOr<ExpertBytes> ExpertStore::Acquire(ExpertKey key) {
@@ -272,6 +352,7 @@ bool ExpertStore::IsResident(ExpertKey key) const {
 ExpertStoreStats ExpertStore::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   ExpertStoreStats s = stats_;
+  s.direct_io = tiers_->direct_io();
   s.resident = 0;
   for (const auto& [key, e] : entries_) s.resident += e.state == State::kResident;
   return s;
@@ -340,7 +421,7 @@ void ExpertStore::LoaderLoop() {
     uint8_t* dst = slots_ + int64_t{slot} * slot_bytes_;
     lock.unlock();
     const auto start = std::chrono::steady_clock::now();
-    absl::Status read = ReadInto(e, dst);
+    absl::Status read = tiers_->Load(e.location, e.part_offsets, dst);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     lock.lock();
@@ -360,44 +441,6 @@ void ExpertStore::LoaderLoop() {
     }
     loaded_cv_.notify_all();
   }
-}
-
-absl::Status ExpertStore::ReadInto(const Entry& entry, uint8_t* slot) {
-  for (size_t i = 0; i < entry.location.parts.size(); ++i) {
-    const ExpertPart& part = entry.location.parts[i];
-    const size_t file = static_cast<size_t>(part.file);
-    const int64_t in_page = part.offset % kPage;
-    uint8_t* chunk = slot + entry.part_offsets[i] - in_page;
-    const int64_t need = in_page + part.bytes;
-    int64_t got = -EINVAL;
-    if (direct_fds_[file] >= 0) {
-      // Whole pages into the page-aligned chunk; the last may run past the end of the file.
-      got = ReadFully(direct_fds_[file], chunk, part.offset - in_page, RoundUp(need, kPage));
-      if (got == -EINVAL) {
-        LOOM_LOG(kWarning, "O_DIRECT reads are refused here; expert reads go through the page "
-                 "cache and drop it afterwards");
-        ::close(direct_fds_[file]);
-        direct_fds_[file] = -1;
-        std::lock_guard<std::mutex> lock(mu_);
-        stats_.direct_io = std::any_of(direct_fds_.begin(), direct_fds_.end(),
-                                       [](int fd) { return fd >= 0; });
-      }
-    }
-    if (direct_fds_[file] < 0) {
-      got = ReadFully(fds_[file], chunk + in_page, part.offset, part.bytes);
-      if (got >= 0) got += in_page;
-      (void)::posix_fadvise(fds_[file], part.offset, part.bytes, POSIX_FADV_DONTNEED);
-    }
-    if (got < 0) {
-      return absl::DataLossError(StrCat("reading expert ", KeyText(entry.location.key), ": ",
-                                        std::strerror(static_cast<int>(-got))));
-    }
-    if (got < need) {
-      return absl::DataLossError(StrCat("reading expert ", KeyText(entry.location.key),
-                                        ": the file ended ", need - got, " bytes early"));
-    }
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace loom

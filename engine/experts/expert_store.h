@@ -2,24 +2,28 @@
 // holds the hot ones (shared/ARCHITECTURE.md §4 "Expert store"; the policy that decides what to
 // prefetch and evict is the scheduler's, scheduler/experts/).
 //
-// Tiers on the CPU backend: every expert's home is its bytes in the checkpoint file (the slow
-// tier); the fast tier is `budget_bytes` of RAM cut into equal slots, one expert per slot. A
-// slot holds an expert's parts (gate, up, down matrices, or whatever the caller names) back to
-// back, each in its own page-aligned chunk at the offset modulo 4096 it has in the file, so a
-// part has in the slot the alignment it has in the checkpoint's mapping and kernels use it in
-// place.
-//
-// Reads bypass the OS page cache where the file system allows it (O_DIRECT, into the aligned
-// slot), and otherwise read normally and then drop the range from the page cache
-// (POSIX_FADV_DONTNEED): the budget is the memory experts really take, so a model larger than RAM
-// runs from its file instead of thrashing the page cache, and the figures measure the store.
+// Tiers. Every expert has a home in the slow tier; the fast tier is `budget_bytes` of memory cut
+// into equal slots, one expert per slot. A slot holds an expert's parts (gate, up, down matrices,
+// or whatever the caller names) back to back, each in its own page-aligned chunk at the offset
+// modulo 4096 it has in its home, so a part has in the slot the alignment it has at home and
+// kernels use it in place. Which memories the tiers are is an ExpertTiers:
+//   - Create (the CPU backend): the home is the checkpoint file and the slots are RAM. Reads
+//     bypass the OS page cache where the file system allows it (O_DIRECT, into the aligned
+//     slot), and otherwise read normally and then drop the range from the page cache
+//     (POSIX_FADV_DONTNEED): the budget is the memory experts really take, so a model larger
+//     than RAM runs from its file instead of thrashing the page cache, and the figures measure
+//     the store.
+//   - CreateWithTiers: any other pair, e.g. host memory and device memory
+//     (engine/experts/device_tiers.h).
 //
 // Residency is reference counted: Acquire pins an expert until the matching Release, and a
-// pinned expert is never evicted. One loader thread reads; on-demand loads (Acquire of a missing
+// pinned expert is never evicted. One loader thread loads; on-demand loads (Acquire of a missing
 // expert) always go before prefetches, and Prefetch replaces the queue of prefetches not yet
 // started (stale hints are cancelled). The victim of a load is the unpinned resident expert with
 // the lowest score (SetScores: the scheduler's predicted future use), least recently used first
 // among equals; an expert never scored has score 0. With no scores every policy reduces to LRU.
+// Release means the caller is done with the bytes: on a backend whose ops run asynchronously the
+// caller releases only once the ops that read them have finished.
 //
 // No Acquire may be in flight when the store is destroyed.
 //
@@ -29,6 +33,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -44,14 +49,14 @@
 
 namespace loom {
 
-// One contiguous byte range of an expert in one of the checkpoint's files.
+// One contiguous byte range of an expert in one of its homes (a checkpoint file, a host buffer).
 struct ExpertPart {
-  int32_t file = 0;  // index into the paths given to Create
+  int32_t file = 0;  // index into the homes given to Create (the paths) or CreateWithTiers
   int64_t offset = 0;
   int64_t bytes = 0;
 };
 
-// Where one expert lives in the file: its parts, in the order they are laid out in a slot.
+// Where one expert lives at home: its parts, in the order they are laid out in a slot.
 struct ExpertLocation {
   ExpertKey key;
   std::vector<ExpertPart> parts;
@@ -83,6 +88,24 @@ struct ExpertStoreStats {
   bool direct_io = false;        // whether reads bypass the page cache with O_DIRECT
 };
 
+// The store's two memories: the one its slots are cut from, and the homes experts are loaded from.
+class ExpertTiers {
+ public:
+  virtual ~ExpertTiers() = default;
+  // num_slots * slot_bytes bytes (as asked of the factory), in the fast tier's memory.
+  virtual uint8_t* slots() const = 0;
+  // Brings `location`'s parts from home into `slot`, part i at slot + part_offsets[i], and returns
+  // once they are there. Called by the store's loader thread only. DataLoss names the expert.
+  virtual absl::Status Load(const ExpertLocation& location, std::span<const int64_t> part_offsets,
+                            uint8_t* slot) = 0;
+  // Whether loads bypass the OS page cache (a file home read with O_DIRECT).
+  virtual bool direct_io() const { return false; }
+};
+
+// Makes the tiers once the store knows its slot size and count.
+using ExpertTiersFactory = std::function<absl::StatusOr<std::unique_ptr<ExpertTiers>>(
+    int64_t slot_bytes, int32_t num_slots)>;
+
 // A resident, pinned expert: the slot's bytes and where each part starts in them.
 struct ExpertBytes {
   const uint8_t* data = nullptr;
@@ -93,10 +116,17 @@ class ExpertStore {
  public:
   // Opens `paths` (the checkpoint's files; a part names one by index) read-only and checks every
   // location lies inside its file (DataLoss naming the expert otherwise). A key may appear once.
-  // The fast tier is allocated here.
+  // The fast tier (RAM) is allocated here.
   static absl::StatusOr<std::unique_ptr<ExpertStore>> Create(const std::vector<std::string>& paths,
                                                              std::vector<ExpertLocation> experts,
                                                              const ExpertStoreOptions& options);
+  // The same over other tiers: homes named `home_names` (for errors) of `home_bytes` bytes each
+  // (a part names one by index); `make_tiers` is called once with the slot size and count
+  // (options.direct_io is the tiers' business).
+  static absl::StatusOr<std::unique_ptr<ExpertStore>> CreateWithTiers(
+      const std::vector<std::string>& home_names, const std::vector<int64_t>& home_bytes,
+      std::vector<ExpertLocation> experts, const ExpertStoreOptions& options,
+      const ExpertTiersFactory& make_tiers);
   ~ExpertStore();
   ExpertStore(const ExpertStore&) = delete;
   ExpertStore& operator=(const ExpertStore&) = delete;
@@ -143,19 +173,15 @@ class ExpertStore {
     absl::Status error;          // the last load's failure, reported to its waiters
   };
 
-  ExpertStore(std::vector<int> fds, std::vector<int> direct_fds, int64_t slot_bytes,
-              int32_t num_slots);
+  ExpertStore(std::unique_ptr<ExpertTiers> tiers, int64_t slot_bytes, int32_t num_slots);
   void LoaderLoop();
   // Under mu_: a free slot, or one freed by evicting the lowest-scored unpinned expert whose
   // score is below `victim_score_below`; -1 when there is none.
   int32_t TakeSlot(double victim_score_below);
-  absl::Status ReadInto(const Entry& entry, uint8_t* slot);
 
-  const std::vector<int> fds_;
-  // Per file: -1 when O_DIRECT is unavailable (or failed once). The loader's only.
-  std::vector<int> direct_fds_;
+  const std::unique_ptr<ExpertTiers> tiers_;
   const int64_t slot_bytes_;
-  uint8_t* slots_ = nullptr;
+  uint8_t* const slots_;
   std::vector<ExpertKey> slot_owner_;
   std::vector<bool> slot_used_;
 

@@ -184,7 +184,8 @@ absl::Status CheckWeightFormats(const DecoderWeights& weights, const Ops& ops,
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> MoveDecoderWeightsTo(Backend& backend, DecoderWeights& weights) {
+absl::StatusOr<int64_t> MoveDecoderWeightsTo(Backend& backend, DecoderWeights& weights,
+                                             bool keep_routed_experts) {
   if (backend.host_memory()) return 0;
   std::vector<HostTensor> tensors;
   CollectView(weights.embed_tokens, tensors);
@@ -202,6 +203,7 @@ absl::StatusOr<int64_t> MoveDecoderWeightsTo(Backend& backend, DecoderWeights& w
     CollectView(layer.post_attention_norm, tensors);
   }
   for (ExpertWeights& expert : weights.experts) {
+    if (keep_routed_experts) break;
     for (LinearWeight* linear : {&expert.gate, &expert.up, &expert.down}) {
       CollectLinear(*linear, tensors);
     }

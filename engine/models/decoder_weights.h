@@ -71,7 +71,9 @@ absl::Status CheckWeightFormats(const DecoderWeights& weights, const Ops& ops,
 // For a backend with device memory: copies every tensor `weights` points at (each once: a tied
 // LM head shares the embedding) into one allocation of `backend` and repoints the views there,
 // after which the checkpoint may be closed. Returns the bytes copied. A backend whose memory is
-// host memory keeps the checkpoint's mapping (nothing is copied; returns 0).
-absl::StatusOr<int64_t> MoveDecoderWeightsTo(Backend& backend, DecoderWeights& weights);
+// host memory keeps the checkpoint's mapping (nothing is copied; returns 0). With
+// `keep_routed_experts`, `weights.experts` stay as they are (an expert cache copies them).
+absl::StatusOr<int64_t> MoveDecoderWeightsTo(Backend& backend, DecoderWeights& weights,
+                                             bool keep_routed_experts = false);
 
 }  // namespace loom

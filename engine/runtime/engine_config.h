@@ -57,11 +57,17 @@ struct EngineConfig {
   // Fault the weights into memory at load, so the first step is not slowed by page faults (with
   // an expert cache, every weight but the routed experts').
   bool populate_weights = true;
-  // Mixture-of-experts models: RAM for the expert cache. 0 keeps every expert resident in the
-  // checkpoint's mapping. Above 0, routed experts live in the checkpoint file and this many bytes
-  // of slots hold the hot ones (engine/experts/expert_store.h), loaded on demand or ahead of need
-  // from the plan's prefetch hints; the model's other weights stay mapped. CPU backend only.
+  // Mixture-of-experts models: memory for the expert cache (RAM on the CPU backend, device memory
+  // on CUDA). 0 keeps every expert resident (in the checkpoint's mapping, or on the device).
+  // Above 0, routed experts live in a slower tier and this many bytes of slots hold the hot ones
+  // (engine/experts/expert_store.h), loaded on demand or ahead of need from the plan's prefetch
+  // hints. The slower tier is the checkpoint file on the CPU backend (the model's other weights
+  // stay mapped) and a copy in host memory on CUDA (the other weights are on the device).
   int64_t expert_cache_bytes = 0;
+  // With an expert cache on the CPU backend: keep the routed experts' slow tier in host memory
+  // and load them with the backend's copy queue, as on CUDA, instead of reading the file. It is
+  // what a device backend always does; on the CPU it exists so the tests run that path.
+  bool expert_home_in_memory = false;
   // Read experts with O_DIRECT where the file system allows it (else read, then drop the range
   // from the page cache).
   bool expert_direct_io = true;

@@ -114,6 +114,43 @@ ModelInfo MakeModelInfo(const EngineConfig& engine, const ModelConfig& m, const 
 
 }  // namespace
 
+absl::StatusOr<std::unique_ptr<ExpertProvider>> LocalExecutor::CreateExpertCache(
+    const EngineConfig& config, const ModelConfig& model_config, const DecoderWeights& weights) {
+  ExpertStoreOptions store_options;
+  store_options.budget_bytes = config.expert_cache_bytes;
+  store_options.direct_io = config.expert_direct_io;
+  // A backend with device memory caches experts there, from a copy in host memory.
+  const bool in_memory = config.expert_home_in_memory || !backend_->host_memory();
+  std::unique_ptr<StoredExpertProvider> stored;
+  if (in_memory) {
+    LOOM_ASSIGN_OR_RETURN(stored, StoredExpertProvider::CreateInHostMemory(
+                                      weights.experts, model_config.moe.num_experts, *backend_,
+                                      store_options));
+  } else {
+    LOOM_ASSIGN_OR_RETURN(stored, StoredExpertProvider::Create(weights.experts,
+                                                               model_config.moe.num_experts,
+                                                               *checkpoint_, store_options));
+  }
+  expert_store_ = &stored->store();
+  for (int32_t l = 0; l < model_config.num_layers; ++l) {
+    if (model_config.IsSparseLayer(l)) sparse_layer_index_.push_back(l);
+  }
+  const ExpertStoreStats stats = expert_store_->Stats();
+  capacity_.expert_cache_slots = stats.num_slots;
+  capacity_.expert_slot_bytes = expert_store_->slot_bytes();
+  const std::string home =
+      in_memory ? "loaded from a copy in host memory"
+                : StrCat("read from the file; reads ", stats.direct_io ? "bypass" : "go through",
+                         " the page cache");
+  LOOM_LOG(kInfo, "expert cache: ", stats.num_slots, " slots of ",
+           expert_store_->slot_bytes() >> 10, " KiB (", config.expert_cache_bytes >> 10,
+           " KiB budget, ", backend_->name(), " memory) for ", model_config.moe.num_experts,
+           " experts x ",
+           std::count(model_config.layer_sparse.begin(), model_config.layer_sparse.end(), true),
+           " sparse layers; experts are ", home);
+  return std::unique_ptr<ExpertProvider>(std::move(stored));
+}
+
 absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(const EngineConfig& config) {
   LOOM_RETURN_IF_ERROR(CheckEngineConfig(config));
   std::unique_ptr<LocalExecutor> ex(new LocalExecutor());
@@ -161,10 +198,18 @@ absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(const Engin
                                            model_config.architecture, ")"));
   }
   LOOM_RETURN_IF_ERROR(CheckWeightFormats(weights, ex->backend_->ops(), ex->backend_->name()));
+  const bool expert_cache = model_config.is_moe() && config.expert_cache_bytes > 0;
   LOOM_ASSIGN_OR_RETURN(const int64_t device_weight_bytes,
-                        MoveDecoderWeightsTo(*ex->backend_, weights));
+                        MoveDecoderWeightsTo(*ex->backend_, weights, expert_cache));
+  // Before the checkpoint's mapping may close: the expert cache reads the experts from it.
+  std::unique_ptr<ExpertProvider> experts;
+  if (expert_cache) {
+    LOOM_ASSIGN_OR_RETURN(experts, ex->CreateExpertCache(config, model_config, weights));
+  }
   if (device_weight_bytes > 0) {
-    // Every view now points into device memory; the mapping of the files is no longer needed.
+    // Every view now points into device memory, but the routed experts' with an expert cache,
+    // which has its own copy of them: the mapping of the files is no longer needed.
+    if (expert_cache) weights.experts.clear();
     ex->checkpoint_.reset();
     LOOM_LOG(kInfo, "weights: ", device_weight_bytes >> 20, " MiB copied to ",
              ex->backend_->name());
@@ -177,34 +222,6 @@ absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(const Engin
   }
   ex->sampler_scratch_.resize(ex->host_pool_->num_threads());
 
-  std::unique_ptr<ExpertProvider> experts;
-  if (model_config.is_moe() && config.expert_cache_bytes > 0) {
-    if (ex->checkpoint_ == nullptr || dynamic_cast<CpuBackend*>(ex->backend_.get()) == nullptr) {
-      return absl::UnimplementedError(
-          StrCat("an expert cache runs on the cpu backend only, not ", ex->backend_->name()));
-    }
-    ExpertStoreOptions store_options;
-    store_options.budget_bytes = config.expert_cache_bytes;
-    store_options.direct_io = config.expert_direct_io;
-    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<StoredExpertProvider> stored,
-                          StoredExpertProvider::Create(weights.experts,
-                                                       model_config.moe.num_experts,
-                                                       *ex->checkpoint_, store_options));
-    ex->expert_store_ = &stored->store();
-    for (int32_t l = 0; l < model_config.num_layers; ++l) {
-      if (model_config.IsSparseLayer(l)) ex->sparse_layer_index_.push_back(l);
-    }
-    const ExpertStoreStats stats = ex->expert_store_->Stats();
-    ex->capacity_.expert_cache_slots = stats.num_slots;
-    ex->capacity_.expert_slot_bytes = ex->expert_store_->slot_bytes();
-    LOOM_LOG(kInfo, "expert cache: ", stats.num_slots, " slots of ",
-             ex->expert_store_->slot_bytes() >> 10, " KiB (", config.expert_cache_bytes >> 10,
-             " KiB budget) for ", model_config.moe.num_experts, " experts x ",
-             std::count(model_config.layer_sparse.begin(), model_config.layer_sparse.end(), true),
-             " sparse layers; reads ", stats.direct_io ? "bypass" : "go through",
-             " the page cache");
-    experts = std::move(stored);
-  }
   const int32_t max_tokens = config.max_num_batched_tokens;
   LOOM_ASSIGN_OR_RETURN(ex->model_,
                         DecoderModel::Create(model_config, std::move(weights), *ex->backend_,

@@ -135,6 +135,10 @@ class LocalExecutor final : public Executor {
   int32_t GraphBatchSize() const;
   // Allocates the step-input buffer for the largest step, at fixed offsets.
   absl::Status AllocateStepInputs(int32_t max_tokens, int32_t max_seqs, int32_t max_blocks_per_seq);
+  // Loading: the expert cache over `weights.experts` (still the checkpoint's views), its store
+  // kept in expert_store_, its size in capacity_.
+  absl::StatusOr<std::unique_ptr<ExpertProvider>> CreateExpertCache(
+      const EngineConfig& config, const ModelConfig& model_config, const DecoderWeights& weights);
   // Low-bit KV formats: gives each new sequence of the step a free tail slot (the slots of the
   // sequences the plan finishes are free), writes the tails new sequences import, and copies
   // the tails that the plan's block copies of partial blocks carry.

@@ -1,15 +1,20 @@
 // The expert cache is lossless: on the mixture-of-experts golden checkpoints, a LocalExecutor whose
-// routed experts live in the file behind an ExpertStore (EngineConfig::expert_cache_bytes)
+// routed experts live in a slower tier behind an ExpertStore (EngineConfig::expert_cache_bytes)
 // produces exactly the tokens and log-probabilities of the all-resident one, whatever the cache
-// size (one slot, a few, all) and whatever prefetch hints and scores the plans carry (none,
-// random, the experts the step will need); its counters add up; and it is refused where it cannot
-// run.
+// size (one slot, a few, all), whatever prefetch hints and scores the plans carry (none, random,
+// the experts the step will need) and wherever the experts live (the file, read directly or
+// through the page cache; a copy in host memory loaded through the backend's copy queue, the
+// device path, EngineConfig::expert_home_in_memory); its counters add up. The device path's
+// provider keeps an expert pinned after Done until the ops that read it have finished.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "engine/backend/cpu_backend.h"
+#include "engine/experts/stored_experts.h"
 #include "engine/runtime/local_executor.h"
 #include "tests/engine/moe_golden.h"
 
@@ -25,12 +30,16 @@ std::vector<std::vector<TokenId>> LoadPrompts(const std::string& model) {
   return out;
 }
 
+// Where the routed experts live outside the cache.
+enum class Home { kFileDirect, kFileBuffered, kHostMemory };
+
 absl::StatusOr<std::unique_ptr<LocalExecutor>> MakeExecutor(const std::string& model,
                                                             int64_t expert_cache_bytes,
-                                                            bool direct_io = true) {
+                                                            Home home = Home::kFileDirect) {
   EngineConfig config = testing::GoldenMoeConfig(model);
   config.expert_cache_bytes = expert_cache_bytes;
-  config.expert_direct_io = direct_io;
+  config.expert_direct_io = home == Home::kFileDirect;
+  config.expert_home_in_memory = home == Home::kHostMemory;
   return LocalExecutor::Create(config);
 }
 
@@ -108,11 +117,16 @@ TEST_P(ExpertCacheTest, OutputsAreIdenticalWhateverTheCacheSizeAndHints) {
   ASSERT_FALSE(want.tokens.empty());
   EXPECT_EQ(want.counters.slots, 0) << "no cache, no counters";
 
-  // The slot size, from a one-slot store.
-  absl::StatusOr<std::unique_ptr<LocalExecutor>> probe = MakeExecutor(GetParam(), 1);
-  ASSERT_TRUE(probe.ok()) << probe.status();
-  const int64_t slot = (*probe)->capacity().expert_slot_bytes;
-  ASSERT_GT(slot, 0);
+  // The slot size of each home (its parts' alignment differs), from a one-slot store.
+  auto slot_bytes = [&](Home home) -> int64_t {
+    absl::StatusOr<std::unique_ptr<LocalExecutor>> probe = MakeExecutor(GetParam(), 1, home);
+    EXPECT_TRUE(probe.ok()) << probe.status();
+    return probe.ok() ? (*probe)->capacity().expert_slot_bytes : 0;
+  };
+  const int64_t file_slot = slot_bytes(Home::kFileDirect);
+  const int64_t memory_slot = slot_bytes(Home::kHostMemory);
+  ASSERT_GT(file_slot, 0);
+  ASSERT_GT(memory_slot, 0);
   const ModelInfo& info = (*resident)->model_info();
   int32_t sparse = 0;
   for (bool s : info.sparse_layers) sparse += s;
@@ -121,17 +135,25 @@ TEST_P(ExpertCacheTest, OutputsAreIdenticalWhateverTheCacheSizeAndHints) {
   struct Case {
     int32_t slots;
     Hints hints;
-    bool direct_io;
+    Home home;
   };
-  const Case cases[] = {{1, Hints::kNone, true},   {1, Hints::kRandom, true},
-                        {2, Hints::kAll, true},    {3, Hints::kRandom, false},
-                        {all / 2, Hints::kRandom, true}, {all, Hints::kAll, true}};
+  const Case cases[] = {{1, Hints::kNone, Home::kFileDirect},
+                        {1, Hints::kRandom, Home::kFileDirect},
+                        {2, Hints::kAll, Home::kFileDirect},
+                        {3, Hints::kRandom, Home::kFileBuffered},
+                        {all / 2, Hints::kRandom, Home::kFileDirect},
+                        {all, Hints::kAll, Home::kFileDirect},
+                        {1, Hints::kNone, Home::kHostMemory},
+                        {2, Hints::kRandom, Home::kHostMemory},
+                        {all / 2, Hints::kRandom, Home::kHostMemory},
+                        {all, Hints::kAll, Home::kHostMemory}};
   for (const Case& c : cases) {
     const std::string what = "slots " + std::to_string(c.slots) + " hints " +
-                             std::to_string(static_cast<int>(c.hints)) +
-                             (c.direct_io ? "" : " buffered");
+                             std::to_string(static_cast<int>(c.hints)) + " home " +
+                             std::to_string(static_cast<int>(c.home));
+    const int64_t slot = c.home == Home::kHostMemory ? memory_slot : file_slot;
     absl::StatusOr<std::unique_ptr<LocalExecutor>> cached =
-        MakeExecutor(GetParam(), c.slots * slot, c.direct_io);
+        MakeExecutor(GetParam(), c.slots * slot, c.home);
     ASSERT_TRUE(cached.ok()) << cached.status() << " " << what;
     EXPECT_EQ((*cached)->capacity().expert_cache_slots, c.slots) << what;
     const Trace got = RunSteps(**cached, prompts, c.hints, 7 + static_cast<uint32_t>(c.slots));
@@ -157,6 +179,92 @@ INSTANTIATE_TEST_SUITE_P(Models, ExpertCacheTest,
                                            // GGUF: experts are rows of the stacked tensors.
                                            "gguf_mixtral_f16", "gguf_qwen2_moe_f16",
                                            "gguf_qwen3_moe_q8_0"));
+
+// Three experts of one layer with distinct bytes, in host buffers (the checkpoint's views).
+struct HostExperts {
+  std::vector<std::vector<uint16_t>> buffers;
+  std::vector<ExpertWeights> weights;
+};
+
+HostExperts MakeHostExperts(int32_t num_experts) {
+  HostExperts out;
+  constexpr int64_t kRows = 24, kCols = 40;
+  for (int32_t e = 0; e < num_experts; ++e) {
+    ExpertWeights w;
+    for (LinearWeight* m : {&w.gate, &w.up, &w.down}) {
+      std::vector<uint16_t> data(static_cast<size_t>(kRows * kCols));
+      for (size_t i = 0; i < data.size(); ++i) {
+        data[i] = static_cast<uint16_t>(e * 7919 + out.buffers.size() * 131 + i);
+      }
+      out.buffers.push_back(std::move(data));
+      m->weight = {out.buffers.back().data(), DType::kBF16, kRows, kCols};
+    }
+    out.weights.push_back(w);
+  }
+  return out;
+}
+
+bool SameBytes(const LinearWeight& got, const LinearWeight& want) {
+  const size_t bytes = static_cast<size_t>(want.weight.rows * want.weight.cols) * 2;
+  return got.weight.rows == want.weight.rows && got.weight.cols == want.weight.cols &&
+         got.weight.dtype == want.weight.dtype &&
+         std::memcmp(got.weight.data, want.weight.data, bytes) == 0;
+}
+
+TEST(DeviceExpertProviderTest, DoneExpertsStayPinnedUntilTheOpsAreKnownToHaveFinished) {
+  const HostExperts host = MakeHostExperts(3);
+  CpuBackend backend(BackendOptions{});
+  ExpertStoreOptions options;
+  options.budget_bytes = 1;  // one slot
+  absl::StatusOr<std::unique_ptr<StoredExpertProvider>> provider =
+      StoredExpertProvider::CreateInHostMemory(host.weights, 3, backend, options);
+  ASSERT_TRUE(provider.ok()) << provider.status();
+  StoredExpertProvider& p = **provider;
+  ASSERT_EQ(p.store().Stats().num_slots, 1);
+
+  const int32_t used[] = {0, 1};
+  p.WillUse(0, used);
+  absl::StatusOr<const ExpertWeights*> first = p.Get(0, 0);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(SameBytes((*first)->gate, host.weights[0].gate));
+  EXPECT_TRUE(SameBytes((*first)->down, host.weights[0].down));
+  p.Done(0, 0);
+  // Its ops may still run: the one slot stays taken.
+  EXPECT_TRUE(absl::IsResourceExhausted(p.store().Acquire({0, 2}).status()));
+  // Get waits for the backend, unpins and loads the next expert into the slot.
+  absl::StatusOr<const ExpertWeights*> second = p.Get(0, 1);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_TRUE(SameBytes((*second)->up, host.weights[1].up));
+  p.Done(0, 1);
+  EXPECT_TRUE(absl::IsResourceExhausted(p.store().Acquire({0, 2}).status()));
+  // The next sparse layer's WillUse comes after Ops::MoeRoute waited for everything before it.
+  p.WillUse(1, {});
+  absl::StatusOr<ExpertBytes> direct = p.store().Acquire({0, 2});
+  ASSERT_TRUE(direct.ok()) << direct.status();
+  p.store().Release({0, 2});
+  p.EndStep();
+
+  // EndStep unpins what a failed step left pinned.
+  ASSERT_TRUE(p.Get(0, 0).ok());
+  p.EndStep();
+  EXPECT_TRUE(p.store().Acquire({0, 2}).ok());
+  p.store().Release({0, 2});
+  const ExpertStoreStats stats = p.store().Stats();
+  EXPECT_FALSE(stats.direct_io);
+  EXPECT_GT(stats.bytes_loaded, 0);
+}
+
+TEST(DeviceExpertProviderTest, ExpertsWithBiasesAreRefused) {
+  HostExperts host = MakeHostExperts(2);
+  const std::vector<float> bias(24, 0.5f);
+  host.weights[1].up.bias = bias.data();
+  CpuBackend backend(BackendOptions{});
+  ExpertStoreOptions options;
+  options.budget_bytes = 1 << 20;
+  absl::StatusOr<std::unique_ptr<StoredExpertProvider>> provider =
+      StoredExpertProvider::CreateInHostMemory(host.weights, 2, backend, options);
+  EXPECT_TRUE(absl::IsUnimplemented(provider.status())) << provider.status();
+}
 
 TEST(ExpertCacheConfigTest, DenseModelsIgnoreTheBudget) {
   absl::StatusOr<std::unique_ptr<LocalExecutor>> dense = MakeExecutor("llama2_mha", 1 << 20);

@@ -1,5 +1,7 @@
 #include "engine/backend/cuda/cuda_backend.h"
 
+#include <algorithm>
+
 #include <cublas_v2.h>
 
 #include "engine/backend/cuda/cuda_status.h"
@@ -89,6 +91,56 @@ void CudaBackend::CopyWithinDevice(void* device_dst, const void* device_src, int
   const cudaError_t error = cudaMemcpyAsync(device_dst, device_src, static_cast<size_t>(bytes),
                                             cudaMemcpyDeviceToDevice, stream_);
   if (error != cudaSuccess) ops_->Record(CudaStatus(error, "device copy", __FILE__, __LINE__));
+}
+
+namespace {
+
+void FreeHost(void* data) { cudaFreeHost(data); }
+
+class CudaCopyQueue final : public CopyQueue {
+ public:
+  CudaCopyQueue(int device, cudaStream_t stream) : device_(device), stream_(stream) {}
+  ~CudaCopyQueue() override {
+    cudaSetDevice(device_);
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+
+  absl::Status CopyToDevice(void* device_dst, const void* host_src, int64_t bytes) override {
+    if (bytes == 0) return absl::OkStatus();
+    // The calling thread is not the engine loop's: make the device current on it.
+    LOOM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    LOOM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device_dst, host_src, static_cast<size_t>(bytes),
+                                              cudaMemcpyHostToDevice, stream_));
+    LOOM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return absl::OkStatus();
+  }
+
+ private:
+  int device_;
+  cudaStream_t stream_;
+};
+
+}  // namespace
+
+absl::StatusOr<HostMemory> CudaBackend::AllocateHost(int64_t bytes) {
+  void* data = nullptr;
+  const cudaError_t error =
+      cudaHostAlloc(&data, static_cast<size_t>(std::max<int64_t>(bytes, 1)), cudaHostAllocPortable);
+  if (error != cudaSuccess) {
+    cudaGetLastError();  // not sticky; clear it
+    return absl::ResourceExhaustedError(StrCat("cannot allocate ", bytes,
+                                               " bytes of page-locked host memory: ",
+                                               cudaGetErrorString(error)));
+  }
+  return HostMemory(static_cast<uint8_t*>(data), HostMemoryRelease{&FreeHost});
+}
+
+absl::StatusOr<std::unique_ptr<CopyQueue>> CudaBackend::CreateCopyQueue() {
+  LOOM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  cudaStream_t stream = nullptr;
+  LOOM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  return std::unique_ptr<CopyQueue>(new CudaCopyQueue(device_, stream));
 }
 
 absl::Status CudaBackend::Synchronize() {

@@ -44,6 +44,10 @@ class CudaBackend final : public Backend {
   void CopyToDevice(void* device_dst, const void* host_src, int64_t bytes) override;
   void CopyToHost(void* host_dst, const void* device_src, int64_t bytes) override;
   void CopyWithinDevice(void* device_dst, const void* device_src, int64_t bytes) override;
+  // Page-locked (cudaHostAlloc), so that copies from it run at the bus's speed.
+  absl::StatusOr<HostMemory> AllocateHost(int64_t bytes) override;
+  // A stream of its own (non-blocking, so it does not wait for the ops' stream either).
+  absl::StatusOr<std::unique_ptr<CopyQueue>> CreateCopyQueue() override;
   absl::Status Synchronize() override;
   bool host_memory() const override { return false; }
   std::optional<MemoryInfo> DeviceMemory() override;
