@@ -69,6 +69,7 @@ struct ExpertCacheCounters {
   int64_t prefetches_wasted = 0;
   int64_t prefetches_cancelled = 0;
   int64_t prefetches_dropped = 0;
+  int64_t computed_at_home = 0;  // experts computed on the host where they live, not loaded
   int64_t bytes_loaded = 0;
   double load_seconds = 0;
   double wait_seconds = 0;  // time the step waited for experts to arrive

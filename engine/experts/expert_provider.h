@@ -30,9 +30,23 @@ struct ExpertWeights {
   LinearWeight down;  // [hidden, expert_intermediate]
 };
 
+// Whether a device backend's expert cache may compute a missing expert's tokens on the host CPU,
+// where the expert lives, instead of loading it (EngineConfig::expert_host_compute).
+enum class ExpertHostCompute {
+  kAuto,    // when the measured cost model says it is faster than the load
+  kNever,   // always load
+  kAlways,  // every expert not resident (or arriving) is computed on the host
+};
+
 class ExpertProvider {
  public:
   virtual ~ExpertProvider() = default;
+
+  // Host buffers for RunOnHost, [max rows, hidden] f32 each.
+  struct HostRows {
+    float* x = nullptr;
+    float* out = nullptr;
+  };
 
   // The weights of expert `expert` of sparse layer `layer` (model layer index), usable by the
   // backend's ops until EndStep. Callers pass only valid indices (a sparse layer, an expert below
@@ -56,6 +70,26 @@ class ExpertProvider {
 
   // The step's forward pass is over (or failed): what Get returned may now go away.
   virtual void EndStep() {}
+
+  // Computing where the expert lives. Called before WillUse for each expert the layer's tokens
+  // were routed to: true when `rows` tokens of the expert are better computed on the host CPU,
+  // where its weights live, than brought into the backend's memory (an expert cache whose slow
+  // tier is host memory). The block then copies the rows to host_rows().x, calls RunOnHost and
+  // copies host_rows().out back, instead of Get; such experts are left out of WillUse.
+  virtual bool PrefersHost(int32_t layer, int32_t expert, int32_t rows) {
+    (void)layer;
+    (void)expert;
+    (void)rows;
+    return false;
+  }
+  virtual HostRows host_rows() { return {}; }
+  // host_rows().out[0, rows) = the expert's MLP of host_rows().x[0, rows), on the host CPU.
+  virtual absl::Status RunOnHost(int32_t layer, int32_t expert, int32_t rows) {
+    (void)layer;
+    (void)expert;
+    (void)rows;
+    return absl::UnimplementedError("this expert provider computes nothing on the host");
+  }
 };
 
 }  // namespace loom

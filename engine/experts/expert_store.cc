@@ -349,6 +349,20 @@ bool ExpertStore::IsResident(ExpertKey key) const {
   return it != entries_.end() && it->second.state == State::kResident;
 }
 
+bool ExpertStore::IsResidentOrComing(ExpertKey key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return false;
+  const Entry& e = it->second;
+  return e.state == State::kResident || e.state == State::kLoading ||
+         (e.state == State::kQueued && e.demanded);
+}
+
+void ExpertStore::CountComputedAtHome() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.computed_at_home;
+}
+
 ExpertStoreStats ExpertStore::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   ExpertStoreStats s = stats_;

@@ -83,6 +83,7 @@ struct ExpertStoreStats {
   int64_t bytes_loaded = 0;
   double load_seconds = 0;       // time the loader spent reading
   double wait_seconds = 0;       // time Acquire calls waited for loads (summed over callers)
+  int64_t computed_at_home = 0;  // experts a step computed in the slow tier instead of loading
   int32_t num_slots = 0;
   int32_t resident = 0;
   bool direct_io = false;        // whether reads bypass the page cache with O_DIRECT
@@ -153,6 +154,10 @@ class ExpertStore {
   void SetScores(std::span<const std::pair<ExpertKey, double>> scores);
 
   bool IsResident(ExpertKey key) const;
+  // Resident, or being loaded (or queued) for an Acquire or Preload.
+  bool IsResidentOrComing(ExpertKey key) const;
+  // Counts a step's computing of `key` in the slow tier (ExpertStoreStats::computed_at_home).
+  void CountComputedAtHome();
   ExpertStoreStats Stats() const;
   int64_t slot_bytes() const { return slot_bytes_; }
 

@@ -1,6 +1,7 @@
 #include "engine/experts/stored_experts.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "engine/common/logging.h"
@@ -67,9 +68,17 @@ absl::StatusOr<std::unique_ptr<StoredExpertProvider>> StoredExpertProvider::Crea
       new StoredExpertProvider(std::move(shapes), num_experts, std::move(store), nullptr));
 }
 
+bool HostComputeCost::HostIsFaster(int32_t rows, int64_t expert_bytes, int64_t row_bytes) const {
+  if (!(load_bytes_per_second > 0) || rows <= 0) return false;
+  const double host = host_seconds_base + host_seconds_per_row * rows +
+                      2.0 * static_cast<double>(rows) * static_cast<double>(row_bytes) /
+                          load_bytes_per_second;
+  return host < static_cast<double>(expert_bytes) / load_bytes_per_second;
+}
+
 absl::StatusOr<std::unique_ptr<StoredExpertProvider>> StoredExpertProvider::CreateInHostMemory(
     std::span<const ExpertWeights> experts, int32_t num_experts, Backend& backend,
-    const ExpertStoreOptions& options) {
+    const ExpertStoreOptions& options, const HostComputeOptions& host) {
   constexpr int64_t kPage = 4096;
   // Each part at a page boundary of the home, so it keeps that alignment in a slot.
   std::vector<ExpertLocation> locations;
@@ -107,6 +116,16 @@ absl::StatusOr<std::unique_ptr<StoredExpertProvider>> StoredExpertProvider::Crea
     }
   }
   HostMemory memory = std::move(*home);
+  // The same experts, viewed in the host copy (for computing them there).
+  std::vector<ExpertWeights> host_weights(experts.begin(), experts.end());
+  for (const ExpertLocation& location : locations) {
+    ExpertWeights& w = host_weights[static_cast<size_t>(location.key.layer) *
+                                        static_cast<size_t>(num_experts) +
+                                    static_cast<size_t>(location.key.expert)];
+    w.gate.weight.data = memory.get() + location.parts[0].offset;
+    w.up.weight.data = memory.get() + location.parts[1].offset;
+    w.down.weight.data = memory.get() + location.parts[2].offset;
+  }
   LOOM_ASSIGN_OR_RETURN(
       std::unique_ptr<ExpertStore> store,
       ExpertStore::CreateWithTiers(
@@ -118,8 +137,74 @@ absl::StatusOr<std::unique_ptr<StoredExpertProvider>> StoredExpertProvider::Crea
                 DeviceTiers::Create(backend, std::move(memory), slot_bytes, num_slots));
             return std::unique_ptr<ExpertTiers>(std::move(tiers));
           }));
-  return std::unique_ptr<StoredExpertProvider>(
+  std::unique_ptr<StoredExpertProvider> provider(
       new StoredExpertProvider(std::move(shapes), num_experts, std::move(store), &backend));
+  provider->host_weights_ = std::move(host_weights);
+  if (host.ops != nullptr && host.mode != ExpertHostCompute::kNever) {
+    LOOM_RETURN_IF_ERROR(provider->SetUpHostCompute(backend, host));
+  }
+  return provider;
+}
+
+absl::Status StoredExpertProvider::SetUpHostCompute(Backend& backend,
+                                                    const HostComputeOptions& host) {
+  int64_t hidden = 0, inter = 0;
+  for (const ExpertWeights& w : host_weights_) {
+    hidden = std::max(hidden, w.gate.weight.cols);
+    inter = std::max(inter, w.gate.weight.rows);
+  }
+  const int32_t rows = std::max(host.max_rows, 1);
+  const int64_t row_bytes = hidden * static_cast<int64_t>(sizeof(float));
+  LOOM_ASSIGN_OR_RETURN(host_x_memory_, backend.AllocateHost(rows * row_bytes));
+  LOOM_ASSIGN_OR_RETURN(host_out_memory_, backend.AllocateHost(rows * row_bytes));
+  host_x_ = reinterpret_cast<float*>(host_x_memory_.get());
+  host_out_ = reinterpret_cast<float*>(host_out_memory_.get());
+  std::fill(host_x_, host_x_ + rows * hidden, 0.0f);
+  host_gate_.assign(static_cast<size_t>(rows * inter), 0.0f);
+  host_up_.assign(static_cast<size_t>(rows * inter), 0.0f);
+  host_ops_ = host.ops;
+  host_max_rows_ = rows;
+  host_mode_ = host.mode;
+  if (host_mode_ == ExpertHostCompute::kAuto) LOOM_RETURN_IF_ERROR(MeasureHostCompute());
+  return absl::OkStatus();
+}
+
+// The costs, measured on the first routed expert: one load through the store (the copy queue's
+// rate), and the host's time for 1 and for R rows of it (best of three each; the line through
+// the two).
+absl::Status StoredExpertProvider::MeasureHostCompute() {
+  int32_t first = -1;
+  for (size_t i = 0; i < host_weights_.size() && first < 0; ++i) {
+    if (host_weights_[i].gate.weight.data != nullptr) first = static_cast<int32_t>(i);
+  }
+  if (first < 0) return absl::OkStatus();
+  const int32_t layer = first / num_experts_, expert = first % num_experts_;
+  LOOM_RETURN_IF_ERROR(store_->Acquire({layer, expert}).status());
+  store_->Release({layer, expert});
+  const ExpertStoreStats stats = store_->Stats();
+  if (stats.load_seconds > 0) {
+    cost_.load_bytes_per_second = static_cast<double>(stats.bytes_loaded) / stats.load_seconds;
+  }
+  auto time_rows = [&](int32_t rows) -> absl::StatusOr<double> {
+    double best = 0;
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto start = std::chrono::steady_clock::now();
+      LOOM_RETURN_IF_ERROR(Compute(host_weights_[static_cast<size_t>(first)], rows));
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      best = rep == 0 ? seconds : std::min(best, seconds);
+    }
+    return best;
+  };
+  const int32_t many = std::min(host_max_rows_, 16);
+  LOOM_ASSIGN_OR_RETURN(const double one, time_rows(1));
+  LOOM_ASSIGN_OR_RETURN(const double all, time_rows(many));
+  cost_.host_seconds_per_row = many > 1 ? std::max(0.0, (all - one) / (many - 1)) : 0.0;
+  cost_.host_seconds_base = std::max(0.0, one - cost_.host_seconds_per_row);
+  LOOM_LOG(kInfo, "expert cache: a load moves ", cost_.load_bytes_per_second / 1e9,
+           " GB/s; the host computes an expert's 1 / ", many, " rows in ", one * 1e3, " / ",
+           all * 1e3, " ms");
+  return absl::OkStatus();
 }
 
 StoredExpertProvider::StoredExpertProvider(std::vector<ExpertWeights> shapes, int32_t num_experts,
@@ -129,6 +214,49 @@ StoredExpertProvider::StoredExpertProvider(std::vector<ExpertWeights> shapes, in
       num_experts_(num_experts),
       store_(std::move(store)),
       async_backend_(async_backend) {}
+
+int64_t StoredExpertProvider::Index(int32_t layer, int32_t expert) const {
+  const int64_t index = int64_t{layer} * num_experts_ + expert;
+  LOOM_CHECK(expert >= 0 && expert < num_experts_ && index >= 0 &&
+                 index < static_cast<int64_t>(shapes_.size()),
+             "expert ", expert, " of layer ", layer, " out of range");
+  return index;
+}
+
+absl::Status StoredExpertProvider::Compute(const ExpertWeights& w, int32_t rows) {
+  if (rows <= 0 || rows > host_max_rows_) {
+    return absl::InvalidArgumentError(StrCat(rows, " rows for the host, at most ",
+                                             host_max_rows_));
+  }
+  const int64_t hidden = w.gate.weight.cols, inter = w.gate.weight.rows;
+  const LinearOutput gate_up[] = {{&w.gate, host_gate_.data(), inter},
+                                  {&w.up, host_up_.data(), inter}};
+  host_ops_->Linear(host_x_, hidden, rows, gate_up);
+  host_ops_->SiluMul(host_gate_.data(), host_up_.data(), rows, static_cast<int32_t>(inter),
+                     host_gate_.data());
+  const LinearOutput down[] = {{&w.down, host_out_, hidden}};
+  host_ops_->Linear(host_gate_.data(), inter, rows, down);
+  return absl::OkStatus();
+}
+
+bool StoredExpertProvider::PrefersHost(int32_t layer, int32_t expert, int32_t rows) {
+  if (host_ops_ == nullptr || host_mode_ == ExpertHostCompute::kNever) return false;
+  (void)Index(layer, expert);
+  if (store_->IsResidentOrComing({layer, expert})) return false;
+  if (host_mode_ == ExpertHostCompute::kAlways) return true;
+  const int64_t row_bytes = shapes_[static_cast<size_t>(Index(layer, expert))].gate.weight.cols *
+                            static_cast<int64_t>(sizeof(float));
+  return cost_.HostIsFaster(rows, store_->slot_bytes(), row_bytes);
+}
+
+absl::Status StoredExpertProvider::RunOnHost(int32_t layer, int32_t expert, int32_t rows) {
+  if (host_ops_ == nullptr) return ExpertProvider::RunOnHost(layer, expert, rows);
+  const ExpertWeights& w = host_weights_[static_cast<size_t>(Index(layer, expert))];
+  LOOM_CHECK(w.gate.weight.data != nullptr, "layer ", layer, " has no experts");
+  LOOM_RETURN_IF_ERROR(Compute(w, rows));
+  store_->CountComputedAtHome();
+  return absl::OkStatus();
+}
 
 absl::Status StoredExpertProvider::ReleaseDone(bool wait) {
   absl::Status status;
@@ -147,10 +275,7 @@ void StoredExpertProvider::WillUse(int32_t layer, std::span<const int32_t> exper
 }
 
 absl::StatusOr<const ExpertWeights*> StoredExpertProvider::Get(int32_t layer, int32_t expert) {
-  const int64_t index = int64_t{layer} * num_experts_ + expert;
-  LOOM_CHECK(expert >= 0 && expert < num_experts_ && index >= 0 &&
-                 index < static_cast<int64_t>(shapes_.size()),
-             "expert ", expert, " of layer ", layer, " out of range");
+  const int64_t index = Index(layer, expert);
   const ExpertKey key{layer, expert};
   absl::StatusOr<ExpertBytes> acquired = store_->Acquire(key);
   if (absl::IsResourceExhausted(acquired.status()) && !done_.empty()) {
@@ -193,6 +318,13 @@ void StoredExpertProvider::EndStep() {
   pinned_.clear();
   // A failure of the wait is the device's; the executor's own wait reports it.
   (void)ReleaseDone(/*wait=*/true);
+  if (host_mode_ == ExpertHostCompute::kAuto && host_ops_ != nullptr) {
+    // The loads so far say what a load costs now.
+    const ExpertStoreStats stats = store_->Stats();
+    if (stats.load_seconds > 0 && stats.bytes_loaded > 0) {
+      cost_.load_bytes_per_second = static_cast<double>(stats.bytes_loaded) / stats.load_seconds;
+    }
+  }
   handed_out_.clear();
 }
 

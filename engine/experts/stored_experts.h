@@ -15,6 +15,13 @@
 //     see MoeRouteArgs::host_expert_offsets), at EndStep (which waits for the backend), or when a
 //     Get finds every slot pinned (it waits for the backend, unpins, and tries again).
 //
+//     This provider can also compute an expert where it lives (HybriMoE; llama.cpp's
+//     --n-cpu-moe): PrefersHost says yes for an expert neither resident nor on its way when
+//     computing its rows on the host CPU from the host copy beats loading it
+//     (HostComputeCost, measured when the cache opens: the copy queue's rate, and the host's
+//     time for one and for several rows of an expert), or always, or never
+//     (ExpertHostCompute).
+//
 // Thread safety: the engine loop's thread calls Get/EndStep; the store is shared with the
 // executor, which passes the plan's scores and hints to it.
 #pragma once
@@ -34,6 +41,24 @@
 
 namespace loom {
 
+// Computing an expert on the host against loading it, for one step (future reuse of a loaded
+// expert is the prefetch policy's business, not this model's).
+struct HostComputeCost {
+  double load_bytes_per_second = 0;  // the copy queue's rate
+  double host_seconds_base = 0;      // host time for r rows: base + per_row * r
+  double host_seconds_per_row = 0;
+  // True when `rows` rows on the host, their activations copied to the host and back
+  // (`row_bytes` each way per row), take less time than loading `expert_bytes`.
+  bool HostIsFaster(int32_t rows, int64_t expert_bytes, int64_t row_bytes) const;
+};
+
+// What CreateInHostMemory needs to compute experts on the host.
+struct HostComputeOptions {
+  ExpertHostCompute mode = ExpertHostCompute::kNever;
+  Ops* ops = nullptr;     // the host CPU's ops (a CPU backend's); nullptr: no host compute
+  int32_t max_rows = 0;   // most tokens one step routes to one expert (the step's tokens)
+};
+
 class StoredExpertProvider final : public ExpertProvider {
  public:
   // `experts`: [num_layers * num_experts] as bound by the loader (views into `checkpoint`'s
@@ -48,9 +73,11 @@ class StoredExpertProvider final : public ExpertProvider {
   // bias) are copied into host memory of `backend` (the slow tier), and a store of
   // `options.budget_bytes` of `backend`'s memory is opened over them. The views may go away
   // afterwards; `backend` must outlive the provider.
+  // With host compute (`host.ops` set and a mode other than kNever) it also measures the costs
+  // (kAuto) and allocates host rows for RunOnHost; `host.ops` must outlive the provider.
   static absl::StatusOr<std::unique_ptr<StoredExpertProvider>> CreateInHostMemory(
       std::span<const ExpertWeights> experts, int32_t num_experts, Backend& backend,
-      const ExpertStoreOptions& options);
+      const ExpertStoreOptions& options, const HostComputeOptions& host = {});
 
   // WillUse remembers the layer's experts; each Get pins its expert and preloads the layer's next
   // one, so reading it overlaps computing this one; Done unpins (at once, or later: see above).
@@ -58,6 +85,11 @@ class StoredExpertProvider final : public ExpertProvider {
   absl::StatusOr<const ExpertWeights*> Get(int32_t layer, int32_t expert) override;
   void Done(int32_t layer, int32_t expert) override;
   void EndStep() override;
+  bool PrefersHost(int32_t layer, int32_t expert, int32_t rows) override;
+  HostRows host_rows() override { return {host_x_, host_out_}; }
+  absl::Status RunOnHost(int32_t layer, int32_t expert, int32_t rows) override;
+
+  const HostComputeCost& host_cost() const { return cost_; }
 
   ExpertStore& store() { return *store_; }
 
@@ -66,6 +98,13 @@ class StoredExpertProvider final : public ExpertProvider {
                        std::unique_ptr<ExpertStore> store, Backend* async_backend);
   // Waits for `async_backend_` and unpins the experts Done left pinned.
   absl::Status ReleaseDone(bool wait);
+  // Host compute: buffers, and the costs (kAuto).
+  absl::Status SetUpHostCompute(Backend& backend, const HostComputeOptions& host);
+  absl::Status MeasureHostCompute();
+  // host_out_ = w's MLP of host_x_, `rows` rows, on the host's ops.
+  absl::Status Compute(const ExpertWeights& w, int32_t rows);
+  // The index of an expert in shapes_ / host_weights_ (checked).
+  int64_t Index(int32_t layer, int32_t expert) const;
 
   // The bound weights with their data pointers cleared: dtype, shape and bias per expert.
   std::vector<ExpertWeights> shapes_;
@@ -77,6 +116,17 @@ class StoredExpertProvider final : public ExpertProvider {
   // whose ops may still be running, still pinned.
   Backend* async_backend_ = nullptr;
   std::vector<ExpertKey> done_;
+  // Host compute (CreateInHostMemory): the experts' views into the host copy, the host's ops,
+  // its buffers and the cost model.
+  std::vector<ExpertWeights> host_weights_;
+  ExpertHostCompute host_mode_ = ExpertHostCompute::kNever;
+  Ops* host_ops_ = nullptr;
+  int32_t host_max_rows_ = 0;
+  HostMemory host_x_memory_, host_out_memory_;
+  float* host_x_ = nullptr;
+  float* host_out_ = nullptr;
+  std::vector<float> host_gate_, host_up_;
+  HostComputeCost cost_;
   std::vector<std::unique_ptr<ExpertWeights>> handed_out_;
   // The current layer's experts (WillUse), in order.
   int32_t upcoming_layer_ = -1;

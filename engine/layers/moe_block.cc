@@ -21,7 +21,7 @@ void SharedExpert(Ops& ops, const ModelConfig& c, const MoeLayerWeights& w, int3
 
 }  // namespace
 
-absl::Status MoeBlock(Ops& ops, const ModelConfig& c, const MoeLayerWeights& w, int32_t layer,
+absl::Status MoeBlock(Backend& backend, Ops& ops, const ModelConfig& c, const MoeLayerWeights& w, int32_t layer,
                       ExpertProvider& experts, int32_t num_tokens, const float* normed,
                       const LayerScratch& s, const MoeScratch& m, int32_t* expert_ids,
                       float* delta) {
@@ -51,18 +51,35 @@ absl::Status MoeBlock(Ops& ops, const ModelConfig& c, const MoeLayerWeights& w, 
   }
   const int32_t inter = c.moe.expert_intermediate_size;
   const int32_t* offsets = m.host_expert_offsets;
+  // The experts with tokens, and which of them are computed on the host.
   int32_t used[kMaxMoeExperts];
-  int32_t num_used = 0;
+  bool on_host[kMaxMoeExperts];
+  int32_t num_used = 0, num_loaded = 0;
   for (int32_t e = 0; e < num_experts && num_used < kMaxMoeExperts; ++e) {
-    if (offsets[e + 1] > offsets[e]) used[num_used++] = e;
+    const int32_t rows = offsets[e + 1] - offsets[e];
+    if (rows == 0) continue;
+    on_host[e] = experts.PrefersHost(layer, e, rows);
+    if (!on_host[e]) used[num_loaded++] = e;
+    ++num_used;
   }
-  experts.WillUse(layer, std::span<const int32_t>(used, static_cast<size_t>(num_used)));
+  experts.WillUse(layer, std::span<const int32_t>(used, static_cast<size_t>(num_loaded)));
   for (int32_t e = 0; e < num_experts; ++e) {
     const int32_t first = offsets[e];
     const int32_t rows = offsets[e + 1] - first;
     if (rows == 0) continue;
-    LOOM_ASSIGN_OR_RETURN(const ExpertWeights* expert, experts.Get(layer, e));
     ops.GatherRows(normed, hidden, m.grouped_tokens + first, rows, hidden, m.gathered);
+    const int64_t bytes = int64_t{rows} * hidden * static_cast<int64_t>(sizeof(float));
+    if (on_host[e]) {
+      const ExpertProvider::HostRows host = experts.host_rows();
+      backend.CopyToHost(host.x, m.gathered, bytes);  // waits for the gather
+      LOOM_RETURN_IF_ERROR(experts.RunOnHost(layer, e, rows));
+      // host.out is reused only after the next CopyToHost, which waits for this copy.
+      backend.CopyToDevice(m.expert_out, host.out, bytes);
+      ops.MoeScatterAdd(m.expert_out, rows, hidden, m.grouped_tokens + first,
+                        m.grouped_weights + first, delta);
+      continue;
+    }
+    LOOM_ASSIGN_OR_RETURN(const ExpertWeights* expert, experts.Get(layer, e));
     const LinearOutput gate_up[] = {{&expert->gate, s.gate, inter}, {&expert->up, s.up, inter}};
     ops.Linear(m.gathered, hidden, rows, gate_up);
     ops.SiluMul(s.gate, s.up, rows, inter, s.gate);

@@ -10,6 +10,9 @@
 //            delta[token] += weight * y[row]                   (Ops::MoeScatterAdd)
 //
 // Experts are reached only through the ExpertProvider, and only those the step routes tokens to.
+// An expert the provider would rather compute where it lives (ExpertProvider::PrefersHost) has
+// its gathered rows copied to the host, run there (RunOnHost), and the result copied back before
+// the same scatter-add, in the same place of the order.
 // The block reads the routing's per-expert row counts on the host (Ops::MoeRoute copies them
 // there). A token's sum
 // has the same terms in the same order whatever else is in the batch, so batching changes only the
@@ -19,6 +22,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "engine/backend/backend.h"
 #include "engine/backend/ops.h"
 #include "engine/experts/expert_provider.h"
 #include "engine/layers/decoder_layer.h"
@@ -44,8 +48,9 @@ struct MoeScratch {
 // normed: [num_tokens, hidden] -> delta: [num_tokens, hidden]. The token rows' chosen experts go to
 // expert_ids ([num_tokens, K], most probable first). scratch.gate and scratch.up hold [num_tokens,
 // max(expert, shared expert intermediate size)]. Fails only when the provider cannot produce an
-// expert.
-absl::Status MoeBlock(Ops& ops, const ModelConfig& config, const MoeLayerWeights& weights,
+// expert. `backend` (whose ops `ops` are) copies rows to and from the host for experts computed
+// there.
+absl::Status MoeBlock(Backend& backend, Ops& ops, const ModelConfig& config, const MoeLayerWeights& weights,
                       int32_t layer, ExpertProvider& experts, int32_t num_tokens,
                       const float* normed, const LayerScratch& scratch, const MoeScratch& moe,
                       int32_t* expert_ids, float* delta);

@@ -136,8 +136,8 @@ absl::Status DecoderModel::EnqueueForward(const StepBatch& batch, KvPool& kv) {
                    c.rms_norm_eps, normed_);
     if (c.IsSparseLayer(l)) {
       int32_t* routes = routes_ + int64_t{l} * max_num_tokens_ * c.moe.num_experts_per_tok;
-      LOOM_RETURN_IF_ERROR(MoeBlock(ops, c, w.moe, l, *experts_, tokens, normed_, scratch_,
-                                    moe_scratch_, routes, delta_));
+      LOOM_RETURN_IF_ERROR(MoeBlock(backend_, ops, c, w.moe, l, *experts_, tokens, normed_,
+                                    scratch_, moe_scratch_, routes, delta_));
     } else {
       MlpBlock(ops, c, w, tokens, normed_, scratch_, delta_);
     }

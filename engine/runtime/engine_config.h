@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "engine/backend/backend.h"
+#include "engine/experts/expert_provider.h"
 #include "kernels/common/dtype.h"
 
 namespace loom {
@@ -68,6 +69,10 @@ struct EngineConfig {
   // and load them with the backend's copy queue, as on CUDA, instead of reading the file. It is
   // what a device backend always does; on the CPU it exists so the tests run that path.
   bool expert_home_in_memory = false;
+  // With an expert cache whose slow tier is host memory (CUDA, or the above): compute a missing
+  // expert's tokens on the host CPU where it lives instead of loading it: when the cost model
+  // measured at start says that is faster (kAuto), never, or always.
+  ExpertHostCompute expert_host_compute = ExpertHostCompute::kAuto;
   // Read experts with O_DIRECT where the file system allows it (else read, then drop the range
   // from the page cache).
   bool expert_direct_io = true;

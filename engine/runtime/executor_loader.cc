@@ -123,9 +123,22 @@ absl::StatusOr<std::unique_ptr<ExpertProvider>> LocalExecutor::CreateExpertCache
   const bool in_memory = config.expert_home_in_memory || !backend_->host_memory();
   std::unique_ptr<StoredExpertProvider> stored;
   if (in_memory) {
+    HostComputeOptions host;
+    host.mode = config.expert_host_compute;
+    host.max_rows = config.max_num_batched_tokens;
+    if (host.mode != ExpertHostCompute::kNever) {
+      if (backend_->host_memory()) {
+        host.ops = &backend_->ops();
+      } else {
+        BackendOptions cpu;
+        cpu.num_threads = config.num_threads;
+        host_compute_backend_ = std::make_unique<CpuBackend>(cpu);
+        host.ops = &host_compute_backend_->ops();
+      }
+    }
     LOOM_ASSIGN_OR_RETURN(stored, StoredExpertProvider::CreateInHostMemory(
                                       weights.experts, model_config.moe.num_experts, *backend_,
-                                      store_options));
+                                      store_options, host));
   } else {
     LOOM_ASSIGN_OR_RETURN(stored, StoredExpertProvider::Create(weights.experts,
                                                                model_config.moe.num_experts,

@@ -464,6 +464,7 @@ ExpertCacheCounters LocalExecutor::ExpertCounters() const {
   c.prefetches_wasted = s.prefetches_wasted;
   c.prefetches_cancelled = s.prefetches_cancelled;
   c.prefetches_dropped = s.prefetches_dropped;
+  c.computed_at_home = s.computed_at_home;
   c.bytes_loaded = s.bytes_loaded;
   c.load_seconds = s.load_seconds;
   c.wait_seconds = s.wait_seconds;

@@ -160,6 +160,9 @@ class LocalExecutor final : public Executor {
   KvCapacity capacity_;
   std::unique_ptr<Checkpoint> checkpoint_;
   std::unique_ptr<Backend> backend_;
+  // A device backend's expert cache computing experts on the host: the host CPU's backend
+  // (destroyed after the model, whose provider uses its ops).
+  std::unique_ptr<Backend> host_compute_backend_;
   std::unique_ptr<DecoderModel> model_;
   // The expert store behind the model's expert provider, when an expert cache is on (owned by
   // the provider, which the model owns); null otherwise.

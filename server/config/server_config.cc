@@ -112,6 +112,11 @@ const std::vector<Key>& Keys() {
        "MoE models with an expert cache: read experts with O_DIRECT (else read, then drop them "
        "from the page cache), so the cache is the memory experts take",
        &C::expert_direct_io},
+      {"expert_host_compute", "",
+       "MoE models with an expert cache on cuda: compute a missing expert's tokens on the host "
+       "CPU, where it lives, instead of loading it (auto: when the costs measured at start say "
+       "it is faster)",
+       &C::expert_host_compute, {}, {"auto", "never", "always"}},
       {"max_num_batched_tokens", "tokens", "most tokens computed in one step", &C::max_num_batched_tokens,
        {1, 1 << 24}},
       {"max_num_seqs", "sequences", "most sequences in one step", &C::max_num_seqs, {1, 1 << 20}},

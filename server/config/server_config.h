@@ -57,6 +57,7 @@ struct ServerConfig {
   int64_t expert_cache_mb = 0;
   std::string expert_cache_policy = "activation";
   bool expert_direct_io = true;
+  std::string expert_host_compute = "auto";
   // Scheduler.
   int64_t max_num_batched_tokens = 2048;
   int64_t max_num_seqs = 64;

@@ -50,6 +50,9 @@ absl::StatusOr<EngineConfig> MakeEngineConfig(const ServerConfig& c) {
   e.kv_cache_bytes = c.kv_cache_mb << 20;
   e.expert_cache_bytes = c.expert_cache_mb << 20;
   e.expert_direct_io = c.expert_direct_io;
+  e.expert_host_compute = c.expert_host_compute == "always" ? ExpertHostCompute::kAlways
+                          : c.expert_host_compute == "never" ? ExpertHostCompute::kNever
+                                                             : ExpertHostCompute::kAuto;
   e.device = static_cast<int>(c.device);
   e.gpu_memory_utilization = c.gpu_memory_utilization;
   e.cuda_graphs = c.cuda_graphs;

@@ -73,6 +73,7 @@ struct ExpertView {
   prometheus::Counter* prefetches_wasted;
   prometheus::Counter* prefetches_cancelled;
   prometheus::Counter* prefetches_dropped;
+  prometheus::Counter* host_computes;
   prometheus::Counter* loaded_bytes;
   prometheus::Counter* load_seconds;
   prometheus::Counter* wait_seconds;
@@ -228,6 +229,7 @@ class ServerMetrics::Impl {
     Advance(v.prefetches_wasted, c.prefetches_wasted);
     Advance(v.prefetches_cancelled, c.prefetches_cancelled);
     Advance(v.prefetches_dropped, c.prefetches_dropped);
+    Advance(v.host_computes, c.computed_at_home);
     Advance(v.loaded_bytes, c.bytes_loaded);
     Advance(v.load_seconds, c.load_seconds);
     Advance(v.wait_seconds, c.wait_seconds);
@@ -269,6 +271,9 @@ class ServerMetrics::Impl {
     v.prefetches_wasted = outcome("wasted");
     v.prefetches_cancelled = outcome("cancelled");
     v.prefetches_dropped = outcome("dropped");
+    v.host_computes = counter("expert_cache_host_computes_total",
+                              "Routed experts a step computed on the host CPU where they live "
+                              "instead of loading them (a GPU's expert cache).");
     v.loaded_bytes = counter("expert_cache_loaded_bytes_total",
                              "Bytes of experts read into the expert cache.");
     v.load_seconds = counter("expert_cache_load_seconds_total",

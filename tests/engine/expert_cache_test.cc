@@ -8,6 +8,8 @@
 // provider keeps an expert pinned after Done until the ops that read it have finished.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
@@ -33,13 +35,14 @@ std::vector<std::vector<TokenId>> LoadPrompts(const std::string& model) {
 // Where the routed experts live outside the cache.
 enum class Home { kFileDirect, kFileBuffered, kHostMemory };
 
-absl::StatusOr<std::unique_ptr<LocalExecutor>> MakeExecutor(const std::string& model,
-                                                            int64_t expert_cache_bytes,
-                                                            Home home = Home::kFileDirect) {
+absl::StatusOr<std::unique_ptr<LocalExecutor>> MakeExecutor(
+    const std::string& model, int64_t expert_cache_bytes, Home home = Home::kFileDirect,
+    ExpertHostCompute host_compute = ExpertHostCompute::kNever) {
   EngineConfig config = testing::GoldenMoeConfig(model);
   config.expert_cache_bytes = expert_cache_bytes;
   config.expert_direct_io = home == Home::kFileDirect;
   config.expert_home_in_memory = home == Home::kHostMemory;
+  config.expert_host_compute = host_compute;
   return LocalExecutor::Create(config);
 }
 
@@ -132,10 +135,13 @@ TEST_P(ExpertCacheTest, OutputsAreIdenticalWhateverTheCacheSizeAndHints) {
   for (bool s : info.sparse_layers) sparse += s;
   const int32_t all = sparse * info.num_experts;
 
+  constexpr ExpertHostCompute kNever = ExpertHostCompute::kNever;
+  constexpr ExpertHostCompute kAlways = ExpertHostCompute::kAlways;
   struct Case {
     int32_t slots;
     Hints hints;
     Home home;
+    ExpertHostCompute host_compute = ExpertHostCompute::kNever;
   };
   const Case cases[] = {{1, Hints::kNone, Home::kFileDirect},
                         {1, Hints::kRandom, Home::kFileDirect},
@@ -143,17 +149,22 @@ TEST_P(ExpertCacheTest, OutputsAreIdenticalWhateverTheCacheSizeAndHints) {
                         {3, Hints::kRandom, Home::kFileBuffered},
                         {all / 2, Hints::kRandom, Home::kFileDirect},
                         {all, Hints::kAll, Home::kFileDirect},
-                        {1, Hints::kNone, Home::kHostMemory},
-                        {2, Hints::kRandom, Home::kHostMemory},
-                        {all / 2, Hints::kRandom, Home::kHostMemory},
-                        {all, Hints::kAll, Home::kHostMemory}};
+                        {1, Hints::kNone, Home::kHostMemory, kNever},
+                        {2, Hints::kRandom, Home::kHostMemory, kNever},
+                        {all / 2, Hints::kRandom, Home::kHostMemory, kNever},
+                        {all, Hints::kAll, Home::kHostMemory, kNever},
+                        // Missing experts computed where they live, on the host CPU.
+                        {1, Hints::kNone, Home::kHostMemory, kAlways},
+                        {2, Hints::kRandom, Home::kHostMemory, kAlways},
+                        {all / 2, Hints::kAll, Home::kHostMemory, ExpertHostCompute::kAuto}};
   for (const Case& c : cases) {
     const std::string what = "slots " + std::to_string(c.slots) + " hints " +
                              std::to_string(static_cast<int>(c.hints)) + " home " +
-                             std::to_string(static_cast<int>(c.home));
+                             std::to_string(static_cast<int>(c.home)) + " host compute " +
+                             std::to_string(static_cast<int>(c.host_compute));
     const int64_t slot = c.home == Home::kHostMemory ? memory_slot : file_slot;
     absl::StatusOr<std::unique_ptr<LocalExecutor>> cached =
-        MakeExecutor(GetParam(), c.slots * slot, c.home);
+        MakeExecutor(GetParam(), c.slots * slot, c.home, c.host_compute);
     ASSERT_TRUE(cached.ok()) << cached.status() << " " << what;
     EXPECT_EQ((*cached)->capacity().expert_cache_slots, c.slots) << what;
     const Trace got = RunSteps(**cached, prompts, c.hints, 7 + static_cast<uint32_t>(c.slots));
@@ -162,8 +173,14 @@ TEST_P(ExpertCacheTest, OutputsAreIdenticalWhateverTheCacheSizeAndHints) {
     const ExpertCacheCounters& n = got.counters;
     EXPECT_EQ(n.slots, c.slots) << what;
     EXPECT_LE(n.resident, c.slots) << what;
-    EXPECT_GT(n.hits + n.misses, 0) << what;
-    EXPECT_GT(n.bytes_loaded, 0) << what;
+    EXPECT_GT(n.hits + n.misses + n.computed_at_home, 0) << what;
+    if (c.host_compute == kNever) {
+      EXPECT_EQ(n.computed_at_home, 0) << what;
+      EXPECT_GT(n.bytes_loaded, 0) << what;
+    }
+    if (c.host_compute == kAlways) {
+      EXPECT_GT(n.computed_at_home, 0) << what;
+    }
     EXPECT_LE(n.prefetches_used + n.prefetches_wasted, n.prefetches_issued) << what;
     if (c.hints == Hints::kNone) {
       EXPECT_EQ(n.prefetches_issued, 0) << what;
@@ -188,16 +205,22 @@ struct HostExperts {
 
 HostExperts MakeHostExperts(int32_t num_experts) {
   HostExperts out;
-  constexpr int64_t kRows = 24, kCols = 40;
+  constexpr int64_t kInter = 24, kHidden = 40;
+  out.buffers.reserve(static_cast<size_t>(num_experts) * 3);
   for (int32_t e = 0; e < num_experts; ++e) {
     ExpertWeights w;
     for (LinearWeight* m : {&w.gate, &w.up, &w.down}) {
-      std::vector<uint16_t> data(static_cast<size_t>(kRows * kCols));
+      const bool down = m == &w.down;
+      std::vector<uint16_t> data(static_cast<size_t>(kInter * kHidden));
       for (size_t i = 0; i < data.size(); ++i) {
-        data[i] = static_cast<uint16_t>(e * 7919 + out.buffers.size() * 131 + i);
+        // Finite bf16 values of both signs, different per expert and matrix: 0x3c00..0x3cff
+        // (about 0.0078 to 0.031) with the sign bit set on every third.
+        const uint32_t mixed = static_cast<uint32_t>(e * 7919 + out.buffers.size() * 131 + i);
+        data[i] = static_cast<uint16_t>(0x3c00 | (mixed & 0xff) | (mixed % 3 == 0 ? 0x8000 : 0));
       }
       out.buffers.push_back(std::move(data));
-      m->weight = {out.buffers.back().data(), DType::kBF16, kRows, kCols};
+      m->weight = {out.buffers.back().data(), DType::kBF16, down ? kHidden : kInter,
+                   down ? kInter : kHidden};
     }
     out.weights.push_back(w);
   }
@@ -264,6 +287,68 @@ TEST(DeviceExpertProviderTest, ExpertsWithBiasesAreRefused) {
   absl::StatusOr<std::unique_ptr<StoredExpertProvider>> provider =
       StoredExpertProvider::CreateInHostMemory(host.weights, 2, backend, options);
   EXPECT_TRUE(absl::IsUnimplemented(provider.status())) << provider.status();
+}
+
+// The cost model's decision: the host wins for few rows of a large expert, loses as rows grow,
+// and never without a measured load rate.
+TEST(HostComputeCostTest, FewRowsOfALargeExpertGoToTheHost) {
+  HostComputeCost cost;
+  cost.load_bytes_per_second = 20e9;  // 1 ms per 20 MB
+  cost.host_seconds_base = 0.2e-3;
+  cost.host_seconds_per_row = 0.1e-3;
+  const int64_t expert = 20'000'000, row = 16'384;
+  EXPECT_TRUE(cost.HostIsFaster(1, expert, row));
+  EXPECT_TRUE(cost.HostIsFaster(7, expert, row));
+  EXPECT_FALSE(cost.HostIsFaster(8, expert, row)) << "0.2 + 0.8 ms is not below 1 ms";
+  EXPECT_FALSE(cost.HostIsFaster(64, expert, row));
+  EXPECT_FALSE(cost.HostIsFaster(1, 2'000'000, row)) << "a small expert loads faster";
+  EXPECT_FALSE(cost.HostIsFaster(0, expert, row));
+  // The rows' activations travel both ways: with huge rows the host loses.
+  EXPECT_FALSE(cost.HostIsFaster(1, expert, 10'000'000));
+  HostComputeCost unmeasured;
+  EXPECT_FALSE(unmeasured.HostIsFaster(1, expert, row));
+}
+
+TEST(DeviceExpertProviderTest, RunsMissingExpertsOnTheHostWhenAsked) {
+  const HostExperts host = MakeHostExperts(3);
+  CpuBackend backend(BackendOptions{});
+  ExpertStoreOptions options;
+  options.budget_bytes = 1;
+  HostComputeOptions compute;
+  compute.mode = ExpertHostCompute::kAlways;
+  compute.ops = &backend.ops();
+  compute.max_rows = 4;
+  absl::StatusOr<std::unique_ptr<StoredExpertProvider>> provider =
+      StoredExpertProvider::CreateInHostMemory(host.weights, 3, backend, options, compute);
+  ASSERT_TRUE(provider.ok()) << provider.status();
+  StoredExpertProvider& p = **provider;
+  EXPECT_TRUE(p.PrefersHost(0, 1, 3));
+  // A resident expert is used where it is.
+  const int32_t used[] = {2};
+  p.WillUse(0, used);
+  ASSERT_TRUE(p.Get(0, 2).ok());
+  EXPECT_FALSE(p.PrefersHost(0, 2, 3));
+  p.Done(0, 2);
+  p.EndStep();
+  // RunOnHost computes down(silu(gate x) * up x) from the host copy into host_rows().out.
+  const ExpertProvider::HostRows rows = p.host_rows();
+  ASSERT_NE(rows.x, nullptr);
+  ASSERT_NE(rows.out, nullptr);
+  for (int i = 0; i < 3 * 40; ++i) rows.x[i] = 0.01f * static_cast<float>(i % 17) - 0.05f;
+  ASSERT_TRUE(p.RunOnHost(0, 1, 3).ok());
+  std::vector<float> want(3 * 40), gate(3 * 24), up(3 * 24);
+  const ExpertWeights& w = host.weights[1];
+  const LinearOutput gate_up[] = {{&w.gate, gate.data(), 24}, {&w.up, up.data(), 24}};
+  backend.ops().Linear(rows.x, 40, 3, gate_up);
+  backend.ops().SiluMul(gate.data(), up.data(), 3, 24, gate.data());
+  const LinearOutput down[] = {{&w.down, want.data(), 40}};
+  backend.ops().Linear(gate.data(), 24, 3, down);
+  EXPECT_EQ(std::vector<float>(rows.out, rows.out + 3 * 40), want);
+  float largest = 0;
+  for (float v : want) largest = std::max(largest, std::abs(v));
+  EXPECT_GT(largest, 0.0f) << "the check must not compare zeros";
+  EXPECT_EQ(p.store().Stats().computed_at_home, 1);
+  EXPECT_FALSE(p.RunOnHost(0, 1, 5).ok()) << "more rows than the host buffers hold";
 }
 
 TEST(ExpertCacheConfigTest, DenseModelsIgnoreTheBudget) {

@@ -108,6 +108,7 @@ struct EngineSetup {
   bool cpu_pretend_graphs = false;
   bool fast_bf16_matmul = false;
   int64_t expert_cache_bytes = 0;
+  ExpertHostCompute expert_host_compute = ExpertHostCompute::kAuto;
 };
 
 inline std::unique_ptr<LocalExecutor> MakeExecutor(const Golden& g, const EngineSetup& setup) {
@@ -121,6 +122,7 @@ inline std::unique_ptr<LocalExecutor> MakeExecutor(const Golden& g, const Engine
   config.cpu_pretend_graphs = setup.cpu_pretend_graphs;
   config.fast_bf16_matmul = setup.fast_bf16_matmul;
   config.expert_cache_bytes = setup.expert_cache_bytes;
+  config.expert_host_compute = setup.expert_host_compute;
   config.num_kv_blocks = 512;
   config.max_num_batched_tokens = 256;
   config.max_num_seqs = 16;

@@ -196,6 +196,21 @@ TEST_P(CudaMoeTest, ExpertCacheIsLossless) {
   }
 }
 
+// Experts computed where they live (ExpertHostCompute::kAlways with one slot: nearly every
+// expert's rows go to the host CPU, f32, and back) still match transformers within the device's
+// tolerance (the counters are checked on the CPU, tests/engine/expert_cache_test.cc).
+TEST_P(CudaMoeTest, ExpertsComputedOnTheHostMatchTransformers) {
+  auto executor = MakeExecutor(*golden_, Cuda({.expert_cache_bytes = 1,
+                                               .expert_host_compute = ExpertHostCompute::kAlways}));
+  ASSERT_NE(executor, nullptr);
+  const DType dtype = executor->model_info().weight_dtype;
+  const float tolerance = dtype == DType::kF32 ? kF32Tolerance
+                          : IsQuantizedDType(dtype) ? kQuantizedTolerance
+                                                    : kRoundedTolerance;
+  const EngineRun run = RunPrompts(*executor, *golden_, {.prefill_chunk = 5});
+  ExpectMatchesReference(*golden_, run, tolerance, dtype != DType::kF32);
+}
+
 // The routing counts a step reports (StepPlan::report_expert_routing), read back from the
 // device, against the CPU backend's for one prefill of every prompt: per sequence and layer the
 // same total (top_k per token of a sparse layer) and at most two tokens' choices that differ

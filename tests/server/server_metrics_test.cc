@@ -129,6 +129,7 @@ TEST(ServerMetricsTest, ExpertCacheFamiliesStartAtZeroAndFollowTheEngine) {
   s.expert_cache.prefetches_wasted = 1;
   s.expert_cache.prefetches_cancelled = 2;
   s.expert_cache.prefetches_dropped = 3;
+  s.expert_cache.computed_at_home = 6;
   s.expert_cache.bytes_loaded = 17 << 20;
   s.expert_cache.load_seconds = 0.5;
   s.expert_cache.wait_seconds = 0.25;
@@ -146,6 +147,7 @@ TEST(ServerMetricsTest, ExpertCacheFamiliesStartAtZeroAndFollowTheEngine) {
         R"(loom_expert_prefetches_total{model_name="moe",outcome="wasted"} 1)",
         R"(loom_expert_prefetches_total{model_name="moe",outcome="cancelled"} 2)",
         R"(loom_expert_prefetches_total{model_name="moe",outcome="dropped"} 3)",
+        R"(loom_expert_cache_host_computes_total{model_name="moe"} 6)",
         R"(loom_expert_cache_loaded_bytes_total{model_name="moe"} 17825792)",
         R"(loom_expert_cache_load_seconds_total{model_name="moe"} 0.75)",
         R"(loom_expert_cache_wait_seconds_total{model_name="moe"} 0.25)",
