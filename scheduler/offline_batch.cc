@@ -188,6 +188,7 @@ absl::Status OfflineRunner::Absorb(const StepResult& result, double elapsed_ms, 
   if (stats_ != nullptr) {
     ++stats_->num_steps;
     (had_prefill ? stats_->prefill_ms : stats_->decode_ms) += elapsed_ms;
+    if (result.expert_cache.slots > 0) stats_->expert_cache = result.expert_cache;
   }
   for (auto it = running_.begin(); it != running_.end();) {
     if (!it->done) {

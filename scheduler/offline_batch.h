@@ -60,6 +60,9 @@ struct OfflineStats {
   double decode_ms = 0;
   // Wall time of the first step that produced each request's first token, from the start.
   std::vector<double> first_token_ms;
+  // The engine's expert cache counters after the last step (cumulative since the engine
+  // started; all zero without a cache).
+  ExpertCacheCounters expert_cache;
 };
 
 // Results are in request order. Requests are checked before the first step: an empty prompt,

@@ -7,7 +7,8 @@
 //   loom_engine_bench make-model --shape llama-1.1b --dtype bf16 --out DIR
 //   loom_engine_bench run --model DIR [--backend cpu|cuda] [--threads 1,2] [--batch 1,8]
 //                         [--prompt-len 128] [--gen-len 32] [--kv-cache-dtype bf16]
-//                         [--max-batched-tokens 2048] [--out FILE.json]
+//                         [--max-batched-tokens 2048] [--expert-cache-percent 25]
+//                         [--expert-host-compute auto|never|always] [--out FILE.json]
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -63,7 +64,7 @@ int MakeModel(const std::vector<std::string>& args) {
   std::string shape = "llama-1.1b", dtype_name = "bf16", out;
   int64_t seed = 4321;
   cli::FlagSet flags("usage: loom_engine_bench make-model --shape NAME --out DIR");
-  flags.String("shape", &shape, "one of: llama-134m, llama-1.1b, llama3-8b");
+  flags.String("shape", &shape, "one of: llama-134m, llama-1.1b, llama3-8b, mixtral-mini");
   flags.String("dtype", &dtype_name, "bf16, f16 or f32");
   flags.String("out", &out, "folder to write");
   flags.Int("seed", &seed, "weight seed");
@@ -93,6 +94,10 @@ struct RunSettings {
   bool kv_hadamard = true;
   bool fast_bf16 = false;
   std::string quant_activations = "f32";  // or "int8"
+  // MoE models: the expert cache's size as a share of the routed experts (0 = every expert
+  // resident), and whether missing experts may be computed on the host (device backends).
+  int64_t expert_cache_percent = 0;
+  std::string expert_host_compute = "auto";
   // The prefill FLOP ceiling the fraction is taken of (TFLOP/s; 0 = not reported).
   double peak_tflops = 0;
 };
@@ -140,6 +145,22 @@ nlohmann::json RunOne(const RunSettings& s, int threads, int batch, double bandw
   config.max_num_batched_tokens = static_cast<int32_t>(s.max_batched_tokens);
   config.max_context_len = static_cast<int32_t>(s.prompt_len + s.gen_len + config.block_size);
   if (s.backend == "cuda") config.backend = BackendKind::kCuda;
+  config.expert_host_compute = s.expert_host_compute == "always" ? ExpertHostCompute::kAlways
+                               : s.expert_host_compute == "never" ? ExpertHostCompute::kNever
+                                                                  : ExpertHostCompute::kAuto;
+  int32_t expert_slots = 0, routed_experts = 0;
+  if (s.expert_cache_percent > 0) {
+    // A one-slot engine says how large a slot is; the cache then holds the share asked for.
+    config.expert_cache_bytes = 1;
+    auto probe = LocalExecutor::Create(config);
+    if (!probe.ok()) return {{"error", std::string(probe.status().message())}};
+    for (bool sparse : (*probe)->model_info().sparse_layers) {
+      routed_experts += sparse ? (*probe)->model_info().num_experts : 0;
+    }
+    expert_slots = std::max<int32_t>(
+        1, static_cast<int32_t>(routed_experts * s.expert_cache_percent / 100));
+    config.expert_cache_bytes = int64_t{expert_slots} * (*probe)->capacity().expert_slot_bytes;
+  }
   auto executor = LocalExecutor::Create(config);
   if (!executor.ok()) return {{"error", std::string(executor.status().message())}};
   const ModelInfo& info = (*executor)->model_info();
@@ -215,7 +236,19 @@ nlohmann::json RunOne(const RunSettings& s, int threads, int batch, double bandw
           {"kv_bytes_per_token", kv_bytes_per_token},
           {"kv_tokens_per_gib",
            static_cast<double>(int64_t{1} << 30) * cap.block_size / cap.bytes_per_block},
-          {"kv_tail_bytes_per_seq", cap.tail_bytes / std::max(cap.max_num_seqs, 1)}};
+          {"kv_tail_bytes_per_seq", cap.tail_bytes / std::max(cap.max_num_seqs, 1)},
+          // The expert cache over the whole run (warm-up included): its size, and what the
+          // steps found in it, loaded, or computed on the host.
+          {"expert_cache",
+           {{"slots", expert_slots},
+            {"routed_experts", routed_experts},
+            {"slot_bytes", cap.expert_slot_bytes},
+            {"hits", best.expert_cache.hits},
+            {"misses", best.expert_cache.misses},
+            {"computed_on_host", best.expert_cache.computed_at_home},
+            {"bytes_loaded", best.expert_cache.bytes_loaded},
+            {"load_seconds", best.expert_cache.load_seconds},
+            {"wait_seconds", best.expert_cache.wait_seconds}}}};
 }
 
 int Run(const std::vector<std::string>& args) {
@@ -239,6 +272,10 @@ int Run(const std::vector<std::string>& args) {
   flags.String("backend", &s.backend, "cpu or cuda");
   flags.Int("max-batched-tokens", &s.max_batched_tokens, "step token budget (prefill chunk size)");
   flags.Double("peak-tflops", &s.peak_tflops, "prefill FLOP ceiling to report a fraction of");
+  flags.Int("expert-cache-percent", &s.expert_cache_percent,
+            "MoE: expert cache holding this share of the routed experts (0 = all resident)");
+  flags.String("expert-host-compute", &s.expert_host_compute,
+               "MoE with an expert cache on cuda: auto, never or always");
   flags.String("out", &s.out, "write the JSON here as well as to stdout");
   std::vector<int32_t> threads, batches;
   absl::Status status = flags.Parse(args);
@@ -249,6 +286,13 @@ int Run(const std::vector<std::string>& args) {
   }
   if (status.ok() && s.quant_activations != "f32" && s.quant_activations != "int8") {
     status = absl::InvalidArgumentError("--quant-activations must be f32 or int8");
+  }
+  if (status.ok() && s.expert_host_compute != "auto" && s.expert_host_compute != "never" &&
+      s.expert_host_compute != "always") {
+    status = absl::InvalidArgumentError("--expert-host-compute must be auto, never or always");
+  }
+  if (status.ok() && (s.expert_cache_percent < 0 || s.expert_cache_percent > 100)) {
+    status = absl::InvalidArgumentError("--expert-cache-percent must be in [0, 100]");
   }
   if (!status.ok() || s.model.empty() || flags.help_requested()) {
     std::cerr << (status.ok() ? "" : std::string(status.message()) + "\n") << flags.Help();
@@ -273,7 +317,9 @@ int Run(const std::vector<std::string>& args) {
         {"peak_tflops", s.peak_tflops},
         {"repeat", s.repeat},
         {"fast_bf16_matmul", s.fast_bf16},
-        {"quant_activations", s.quant_activations}}}};
+        {"quant_activations", s.quant_activations},
+        {"expert_cache_percent", s.expert_cache_percent},
+        {"expert_host_compute", s.expert_host_compute}}}};
   nlohmann::json results = nlohmann::json::array();
   if (s.backend == "cuda") {
     const double bandwidth = CudaCopyBandwidthGbps(report);

@@ -19,6 +19,8 @@ namespace {
 struct Shape {
   int hidden, layers, heads, kv_heads, ffn, vocab, max_pos;
   double rope_theta;
+  // Mixture of experts (Mixtral's architecture; ffn is then one expert's): 0 for dense.
+  int experts = 0, experts_per_tok = 0;
 };
 
 const std::map<std::string, Shape>& Presets() {
@@ -26,13 +28,23 @@ const std::map<std::string, Shape>& Presets() {
       {"llama-134m", {768, 12, 12, 12, 2048, 32000, 2048, 10000.0}},
       {"llama-1.1b", {2048, 22, 32, 4, 5632, 32000, 2048, 10000.0}},
       {"llama3-8b", {4096, 32, 32, 8, 14336, 128256, 8192, 500000.0}},
+      // Mixtral's layout at a quarter of its width and half its depth: 128 routed experts of
+      // 22 MB in bf16 (2.8 GB), 3.0 GB in all.
+      {"mixtral-mini", {1024, 16, 16, 4, 3584, 32000, 4096, 1000000.0, 8, 2}},
   };
   return presets;
 }
 
 std::string ConfigJson(const Shape& s, DType dtype) {
   const char* torch_dtype = dtype == DType::kBF16 ? "bfloat16" : dtype == DType::kF16 ? "float16" : "float32";
-  return StrCat("{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n",
+  const std::string head =
+      s.experts > 0
+          ? StrCat("{\n  \"architectures\": [\"MixtralForCausalLM\"],\n  \"model_type\": "
+                   "\"mixtral\",\n  \"num_local_experts\": ",
+                   s.experts, ",\n  \"num_experts_per_tok\": ", s.experts_per_tok, ",\n")
+          : std::string("{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": "
+                        "\"llama\",\n");
+  return StrCat(head,
                 "  \"hidden_size\": ", s.hidden, ",\n  \"intermediate_size\": ", s.ffn,
                 ",\n  \"num_hidden_layers\": ", s.layers, ",\n  \"num_attention_heads\": ", s.heads,
                 ",\n  \"num_key_value_heads\": ", s.kv_heads, ",\n  \"vocab_size\": ", s.vocab,

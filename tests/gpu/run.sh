@@ -3,7 +3,7 @@
 # CUDA toolkit, CMake, Ninja and a C++ compiler but none of loom's library packages and no
 # package registry. Run from anywhere inside the repository:
 #
-#   tests/gpu/run.sh [STAGE...]      STAGE: build test bench engine sdpa profile
+#   tests/gpu/run.sh [STAGE...]      STAGE: build test bench engine moe sdpa profile
 #                                    (default: all but profile)
 #
 # Stages, so that a run fits a machine's time limit in parts (the build folder is reused):
@@ -12,6 +12,11 @@
 #   bench   every bench/kernels/cuda_*_bench (Google Benchmark JSON)
 #   engine  loom_engine_bench on a random-weight Llama-3-8B shape (made once, in the build
 #           folder): decode at batch 1/8/64/256 and prefill in 4096-token steps, CUDA backend
+#   moe     loom_engine_bench on a random-weight Mixtral-shaped checkpoint (mixtral-mini, made
+#           once, in the build folder): batch 1 and 8 with every expert on the device, then with
+#           the expert cache holding 50 % and 25 % of the routed experts, missing experts loaded
+#           (never) or computed on the host where the cost model says so (auto), and at 25 %
+#           always on the host
 #   sdpa    bench/kernels/sdpa_attention.py: PyTorch's scaled_dot_product_attention on the
 #           attention benchmarks' shapes (skipped when torch is missing)
 #   profile Nsight Compute (ncu) on the engine stage's model decoding at batch 1: every kernel's
@@ -29,6 +34,7 @@
 #   ctest-gpu.xml  JUnit report of the gpu tests
 #   <bench>.json   Google Benchmark's JSON output of each CUDA benchmark
 #   engine-decode.json, engine-prefill.json   loom_engine_bench reports
+#   engine-moe-<residency>-<host compute>.json  the moe stage's loom_engine_bench reports
 #   sdpa.json      the PyTorch comparison
 #
 # Environment (all optional):
@@ -218,6 +224,26 @@ run_engine() {
     log "engine prefill failed with status $?"
 }
 
+# Per-token latency with the expert cache at several sizes (issue 18's GPU figures): the
+# all-resident run first, then each residency and host-compute setting.
+run_moe() {
+  local bench="$engine_bench" model="$build_dir/mixtral-mini"
+  [[ -x "$bench" ]] || die "$bench missing: run the build stage first"
+  if [[ ! -f "$model/config.json" ]]; then
+    log "writing a random-weight mixtral-mini checkpoint to $model"
+    "$bench" make-model --shape mixtral-mini --dtype bf16 --out "$model" || die "make-model failed"
+  fi
+  local setting percent mode
+  for setting in 0-never 50-never 50-auto 25-never 25-auto 25-always; do
+    percent="${setting%-*}"
+    mode="${setting#*-}"
+    log "moe: expert cache $percent % (0 = all resident), host compute $mode"
+    "$bench" run --model "$model" --backend cuda --batch 1,8 --prompt-len 128 --gen-len 64 \
+      --repeat 2 --expert-cache-percent "$percent" --expert-host-compute "$mode" \
+      --out "$out/engine-moe-$percent-$mode.json" || log "moe run $setting failed with status $?"
+  done
+}
+
 # Every kernel of a short batch-1 decode run under ncu (one metric, so one pass per kernel):
 # ncu-decode.csv, and ncu-decode.md / .json summed by kernel name.
 run_profile() {
@@ -253,10 +279,10 @@ run_sdpa() {
 }
 
 stages=("$@")
-[[ ${#stages[@]} -gt 0 ]] || stages=(build test bench engine sdpa)
+[[ ${#stages[@]} -gt 0 ]] || stages=(build test bench engine moe sdpa)
 has_stage() { local s; for s in "${stages[@]}"; do [[ "$s" == "$1" ]] && return 0; done; return 1; }
 for stage in "${stages[@]}"; do
-  case "$stage" in build|test|bench|engine|sdpa|profile) ;; *) die "unknown stage '$stage'" ;; esac
+  case "$stage" in build|test|bench|engine|moe|sdpa|profile) ;; *) die "unknown stage '$stage'" ;; esac
 done
 
 check_tools
@@ -272,6 +298,7 @@ device_seen=1
 has_stage test && run_tests
 has_stage bench && run_benchmarks
 has_stage engine && run_engine
+has_stage moe && run_moe
 has_stage sdpa && run_sdpa
 has_stage profile && run_profile
 "$root/tests/gpu/summarize.py" --out "$out" --ctest-status "$test_rc" ||

@@ -126,6 +126,23 @@ def markdown(summary):
                          f"{fmt(r.get('prefill_tokens_per_s'), '.0f')} | "
                          f"{fmt(r.get('prefill_matmul_tflops'), '.0f')} | "
                          f"{fmt(r.get('prefill_fraction_of_peak'), '.0%')} |")
+    moe = [r for r in summary["engine"] if r["file"].startswith("engine-moe-") and "error" not in r]
+    if moe:
+        # Per-token latency against the all-resident run of the same batch (engine-moe-0-*).
+        resident = {r.get("batch"): r.get("decode_step_ms") for r in moe
+                    if r["file"].startswith("engine-moe-0-")}
+        lines += ["", "| expert cache run | batch | decode ms/step | x all-resident | hits | "
+                  "misses | on host | GB loaded |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in moe:
+            cache = r.get("expert_cache") or {}
+            base = resident.get(r.get("batch"))
+            step = r.get("decode_step_ms")
+            ratio = step / base if step and base else None
+            loaded = cache.get("bytes_loaded")
+            lines.append(f"| {r['file']} | {r.get('batch')} | {fmt(step, '.2f')} | "
+                         f"{fmt(ratio, '.2f')} | {cache.get('hits', '-')} | "
+                         f"{cache.get('misses', '-')} | {cache.get('computed_on_host', '-')} | "
+                         f"{fmt(loaded / 1e9 if loaded is not None else None, '.2f')} |")
     sdpa = summary["sdpa"]
     if sdpa:
         lines += ["", f"PyTorch {sdpa.get('torch')} scaled_dot_product_attention ({sdpa.get('gqa')}):",
