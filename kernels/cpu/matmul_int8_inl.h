@@ -131,8 +131,15 @@ inline __m256 ScaleAdd(float s, __m256i v, __m256 acc) {
   return _mm256_fmadd_ps(_mm256_set1_ps(s), _mm256_cvtepi32_ps(v), acc);
 }
 
+// u8 . s8 in groups of four bytes, one int32 per group. The AVX-512 build (which requires VNNI)
+// takes one vpdpbusd; AVX2 pairs bytes in int16 (vpmaddubsw, which cannot saturate here: see
+// above) and then adds the pairs (vpmaddwd by ones). The integer sums are the same.
 inline __m256i PairSums(__m256i u8, __m256i s8) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u8, s8);
+#else
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u8, s8), _mm256_set1_epi16(1));
+#endif
 }
 
 // Each kernel: kDType, kBlockElems, kBlockBytes, XBlock, and
@@ -143,6 +150,7 @@ struct Q8_0Int8 {
   static constexpr int kBlockElems = 32, kBlockBytes = 34;
   using XBlock = XBlock32;
   static constexpr bool kHasDot = true;
+  static constexpr bool kDotMinus8Sum = false, kDotPlusMin = false;
   // The integer dot of one block with one x block, spread over 8 lanes (the f16 scale is at w).
   static __m256i Dot(const uint8_t* w, const XBlock& xb) {
     const __m256i q = Int8Load32(w + 2);
@@ -164,11 +172,14 @@ struct Q8_0Int8 {
 };
 
 // 16 bytes of nibbles -> 32 unsigned bytes: low nibbles (elements 0..15), then high (16..31).
+// The 16 bytes go to both halves in one load; the upper half alone is shifted right by 4 (as
+// 64-bit lanes: each byte's high nibble lands in its low nibble, the bits shifted in from the
+// next byte fall above the mask).
 inline __m256i Int8Nibbles16(const uint8_t* p) {
-  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  const __m128i mask = _mm_set1_epi8(0x0f);
-  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), mask),
-                          _mm_and_si128(packed, mask));
+  const __m256i both =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_and_si256(_mm256_srlv_epi64(both, _mm256_set_epi64x(4, 4, 0, 0)),
+                          _mm256_set1_epi8(0x0f));
 }
 
 template <bool kHasMin>
@@ -176,10 +187,13 @@ struct Q4Int8 {
   static constexpr DType kDType = kHasMin ? DType::kQ4_1 : DType::kQ4_0;
   static constexpr int kBlockElems = 32, kBlockBytes = kHasMin ? 20 : 18;
   using XBlock = XBlock32;
-  static constexpr bool kHasDot = !kHasMin;
+  static constexpr bool kHasDot = true;
+  // Dot leaves out q4_0's -8 sum of (q - 8) . x and q4_1's m dx sum: the caller adds them once
+  // for several rows.
+  static constexpr bool kDotMinus8Sum = !kHasMin;
+  static constexpr bool kDotPlusMin = kHasMin;
   static __m256i Dot(const uint8_t* w, const XBlock& xb) {
-    const __m256i dot = PairSums(Int8Nibbles16(w + 2), Int8Load32(xb.q));
-    return _mm256_sub_epi32(dot, _mm256_set1_epi32(xb.sum));
+    return PairSums(Int8Nibbles16(w + (kHasMin ? 4 : 2)), Int8Load32(xb.q));
   }
   template <int kMr, int kNr>
   static void Accumulate(const uint8_t* w, const XBlock* const* x, int64_t blk,
@@ -333,10 +347,20 @@ struct HasDot : std::false_type {};
 template <class K>
 struct HasDot<K, std::enable_if_t<K::kHasDot>> : std::true_type {};
 
-// One x row by four weight rows of a 32-element format without a min (q8_0, q4_0): the four
-// rows' integer dots of a block are folded into one vector with vphaddd (lane r and r + 4 hold
-// row r), their four f16 scales converted by one vcvtph2ps, so the f32 work per block is one
-// conversion and one FMA for all four rows. acc lanes r + (r + 4) sum to row r.
+// One x row by four weight rows of a 32-element format (q8_0, q4_0, q4_1): the four rows' integer
+// dots of a block are folded into one vector with vphaddd (lane r and r + 4 hold row r), their
+// four f16 scales converted by one vcvtph2ps, so the f32 work per block is one conversion and one
+// FMA for all four rows (q4_1: one more for the four mins, into lanes 0-3). acc lanes r + (r + 4)
+// sum to row r.
+// The f16 at byte `offset` of each of four blocks, as f32.
+inline __m128 Int8Halves4(const uint8_t* const* w, int offset) {
+  uint16_t h[4];
+  for (int r = 0; r < 4; ++r) std::memcpy(&h[r], w[r] + offset, 2);
+  return _mm_cvtph_ps(_mm_setr_epi16(static_cast<int16_t>(h[0]), static_cast<int16_t>(h[1]),
+                                     static_cast<int16_t>(h[2]), static_cast<int16_t>(h[3]), 0, 0,
+                                     0, 0));
+}
+
 template <class K>
 __m256 Int8DotRows4(const XBlock32* x, const uint8_t* const* w_rows, int64_t num_blocks) {
   __m256 acc = _mm256_setzero_ps();
@@ -346,14 +370,16 @@ __m256 Int8DotRows4(const XBlock32* x, const uint8_t* const* w_rows, int64_t num
     const XBlock32& xb = x[blk];
     const __m256i d01 = _mm256_hadd_epi32(K::Dot(w[0], xb), K::Dot(w[1], xb));
     const __m256i d23 = _mm256_hadd_epi32(K::Dot(w[2], xb), K::Dot(w[3], xb));
-    const __m256i dots = _mm256_hadd_epi32(d01, d23);
-    uint16_t h[4];
-    for (int r = 0; r < 4; ++r) std::memcpy(&h[r], w[r], 2);
-    const __m128i halves = _mm_setr_epi16(static_cast<int16_t>(h[0]), static_cast<int16_t>(h[1]),
-                                          static_cast<int16_t>(h[2]), static_cast<int16_t>(h[3]),
-                                          0, 0, 0, 0);
-    const __m128 scales = _mm_mul_ps(_mm_cvtph_ps(halves), _mm_set1_ps(xb.d));
+    __m256i dots = _mm256_hadd_epi32(d01, d23);
+    // Each lane now sums four of a row's eight: a quarter of the row's -8 sum.
+    if constexpr (K::kDotMinus8Sum) dots = _mm256_sub_epi32(dots, _mm256_set1_epi32(4 * xb.sum));
+    const __m128 scales = _mm_mul_ps(Int8Halves4(w, 0), _mm_set1_ps(xb.d));
     acc = _mm256_fmadd_ps(_mm256_set_m128(scales, scales), _mm256_cvtepi32_ps(dots), acc);
+    if constexpr (K::kDotPlusMin) {
+      // m dx sum per row, in the low half's lanes only.
+      acc = _mm256_fmadd_ps(_mm256_zextps128_ps256(Int8Halves4(w, 2)),
+                            _mm256_set1_ps(xb.d * static_cast<float>(xb.sum)), acc);
+    }
   }
   return acc;
 }
