@@ -43,7 +43,10 @@ constexpr int64_t kMax = INT64_C(1) << 40;
 const std::vector<Key>& Keys() {
   using C = ServerConfig;
   static const auto* keys = new std::vector<Key>{
-      {"model", "path", "Hugging Face model folder or GGUF file; empty serves the bundled default model", &C::model},
+      {"model", "path",
+       "Hugging Face model folder or GGUF file; empty serves a tiny random-weight test model "
+       "(deploy/quickstart.sh passes the default chat model, SmolLM2-135M-Instruct)",
+       &C::model},
       {"served_model_name", "", "model id clients use; empty = the folder's name", &C::served_model_name},
       {"host", "", "address to listen on", &C::host},
       {"port", "", "HTTP port (0 = any free port)", &C::port, {0, 65535}},

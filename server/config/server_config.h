@@ -19,7 +19,7 @@ namespace loom {
 
 struct ServerConfig {
   // Model.
-  std::string model;               // Hugging Face folder; empty = the bundled default model
+  std::string model;               // Hugging Face folder; empty = a tiny random-weight test model
   std::string served_model_name;   // the API's model id; empty = the folder's name
   // HTTP.
   std::string host = "0.0.0.0";

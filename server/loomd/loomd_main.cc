@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/common/file.h"
 #include "engine/common/logging.h"
 #include "engine/common/status.h"
 #include "engine/common/strings.h"
@@ -41,6 +42,11 @@ int64_t SteadyMs() {
 absl::StatusOr<EngineConfig> MakeEngineConfig(const ServerConfig& c) {
   EngineConfig e;
   e.model_dir = c.model.empty() ? std::string(LOOM_DEFAULT_MODEL_DIR) : c.model;
+  if (c.model.empty()) {
+    LOOM_LOG(kWarning, "no model given: serving ", BaseName(LOOM_DEFAULT_MODEL_DIR),
+             ", a tiny random-weight model for tests whose text is noise; pass --model "
+             "(deploy/quickstart.sh serves SmolLM2-135M-Instruct)");
+  }
   LOOM_ASSIGN_OR_RETURN(e.backend, ParseBackendKind(c.backend));
   LOOM_RETURN_IF_ERROR(SetKvCacheFormat(c.kv_cache_dtype, c.kv_k_granularity,
                                         static_cast<int32_t>(c.block_size), e));
