@@ -75,6 +75,10 @@ class Backend {
   virtual void CopyToHost(void* host_dst, const void* device_src, int64_t bytes) = 0;
   // Copies within this backend's memory (queued in order with the ops; a memcpy on the CPU).
   virtual void CopyWithinDevice(void* device_dst, const void* device_src, int64_t bytes) = 0;
+  // Queues a copy into host memory after the work queued so far (into AllocateHost's memory, for
+  // it to run while the host goes on); WaitForHostCopies waits until every one queued has landed.
+  virtual void CopyToHostAsync(void* host_dst, const void* device_src, int64_t bytes) = 0;
+  virtual absl::Status WaitForHostCopies() = 0;
   // Host memory that CopyQueue copies from, at least 64-byte aligned (ResourceExhausted when it
   // is not there).
   virtual absl::StatusOr<HostMemory> AllocateHost(int64_t bytes) = 0;

@@ -72,6 +72,10 @@ class CpuBackend final : public Backend {
   void CopyToDevice(void* device_dst, const void* host_src, int64_t bytes) override;
   void CopyToHost(void* host_dst, const void* device_src, int64_t bytes) override;
   void CopyWithinDevice(void* device_dst, const void* device_src, int64_t bytes) override;
+  void CopyToHostAsync(void* host_dst, const void* device_src, int64_t bytes) override {
+    CopyToHost(host_dst, device_src, bytes);
+  }
+  absl::Status WaitForHostCopies() override { return absl::OkStatus(); }
   absl::StatusOr<HostMemory> AllocateHost(int64_t bytes) override;
   absl::StatusOr<std::unique_ptr<CopyQueue>> CreateCopyQueue() override;
   absl::Status Synchronize() override { return absl::OkStatus(); }

@@ -42,7 +42,8 @@ class ExpertProvider {
  public:
   virtual ~ExpertProvider() = default;
 
-  // Host buffers for RunOnHost, [max rows, hidden] f32 each.
+  // Host buffers for RunOnHost, [max rows, hidden] f32 each (max rows: a step's tokens times
+  // top_k); null when the provider computes nothing on the host.
   struct HostRows {
     float* x = nullptr;
     float* out = nullptr;
@@ -74,8 +75,10 @@ class ExpertProvider {
   // Computing where the expert lives. Called before WillUse for each expert the layer's tokens
   // were routed to: true when `rows` tokens of the expert are better computed on the host CPU,
   // where its weights live, than brought into the backend's memory (an expert cache whose slow
-  // tier is host memory). The block then copies the rows to host_rows().x, calls RunOnHost and
-  // copies host_rows().out back, instead of Get; such experts are left out of WillUse.
+  // tier is host memory). The block then copies the expert's rows to host_rows().x at their
+  // grouped positions (MoeRouteArgs::expert_offsets), calls RunOnHost while the device computes
+  // the other experts, and copies host_rows().out back, instead of Get; such experts are left out
+  // of WillUse.
   virtual bool PrefersHost(int32_t layer, int32_t expert, int32_t rows) {
     (void)layer;
     (void)expert;
@@ -83,10 +86,12 @@ class ExpertProvider {
     return false;
   }
   virtual HostRows host_rows() { return {}; }
-  // host_rows().out[0, rows) = the expert's MLP of host_rows().x[0, rows), on the host CPU.
-  virtual absl::Status RunOnHost(int32_t layer, int32_t expert, int32_t rows) {
+  // host_rows().out[first, first + rows) = the expert's MLP of host_rows().x[first, first +
+  // rows), on the host CPU.
+  virtual absl::Status RunOnHost(int32_t layer, int32_t expert, int32_t first, int32_t rows) {
     (void)layer;
     (void)expert;
+    (void)first;
     (void)rows;
     return absl::UnimplementedError("this expert provider computes nothing on the host");
   }

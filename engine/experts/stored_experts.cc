@@ -154,16 +154,18 @@ absl::Status StoredExpertProvider::SetUpHostCompute(Backend& backend,
     inter = std::max(inter, w.gate.weight.rows);
   }
   const int32_t rows = std::max(host.max_rows, 1);
+  const int32_t expert_rows = std::clamp(host.max_expert_rows, 1, rows);
   const int64_t row_bytes = hidden * static_cast<int64_t>(sizeof(float));
   LOOM_ASSIGN_OR_RETURN(host_x_memory_, backend.AllocateHost(rows * row_bytes));
   LOOM_ASSIGN_OR_RETURN(host_out_memory_, backend.AllocateHost(rows * row_bytes));
   host_x_ = reinterpret_cast<float*>(host_x_memory_.get());
   host_out_ = reinterpret_cast<float*>(host_out_memory_.get());
   std::fill(host_x_, host_x_ + rows * hidden, 0.0f);
-  host_gate_.assign(static_cast<size_t>(rows * inter), 0.0f);
-  host_up_.assign(static_cast<size_t>(rows * inter), 0.0f);
+  host_gate_.assign(static_cast<size_t>(expert_rows * inter), 0.0f);
+  host_up_.assign(static_cast<size_t>(expert_rows * inter), 0.0f);
   host_ops_ = host.ops;
   host_max_rows_ = rows;
+  host_max_expert_rows_ = expert_rows;
   host_mode_ = host.mode;
   if (host_mode_ == ExpertHostCompute::kAuto) LOOM_RETURN_IF_ERROR(MeasureHostCompute());
   return absl::OkStatus();
@@ -189,14 +191,14 @@ absl::Status StoredExpertProvider::MeasureHostCompute() {
     double best = 0;
     for (int rep = 0; rep < 3; ++rep) {
       const auto start = std::chrono::steady_clock::now();
-      LOOM_RETURN_IF_ERROR(Compute(host_weights_[static_cast<size_t>(first)], rows));
+      LOOM_RETURN_IF_ERROR(Compute(host_weights_[static_cast<size_t>(first)], 0, rows));
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       best = rep == 0 ? seconds : std::min(best, seconds);
     }
     return best;
   };
-  const int32_t many = std::min(host_max_rows_, 16);
+  const int32_t many = std::min(host_max_expert_rows_, 16);
   LOOM_ASSIGN_OR_RETURN(const double one, time_rows(1));
   LOOM_ASSIGN_OR_RETURN(const double all, time_rows(many));
   cost_.host_seconds_per_row = many > 1 ? std::max(0.0, (all - one) / (many - 1)) : 0.0;
@@ -223,18 +225,21 @@ int64_t StoredExpertProvider::Index(int32_t layer, int32_t expert) const {
   return index;
 }
 
-absl::Status StoredExpertProvider::Compute(const ExpertWeights& w, int32_t rows) {
-  if (rows <= 0 || rows > host_max_rows_) {
-    return absl::InvalidArgumentError(StrCat(rows, " rows for the host, at most ",
-                                             host_max_rows_));
+absl::Status StoredExpertProvider::Compute(const ExpertWeights& w, int32_t first,
+                                           int32_t rows) {
+  if (rows <= 0 || rows > host_max_expert_rows_ || first < 0 || first > host_max_rows_ - rows) {
+    return absl::InvalidArgumentError(StrCat("rows [", first, ", ", first + rows,
+                                             ") on the host, which holds ", host_max_rows_,
+                                             " rows and ", host_max_expert_rows_,
+                                             " of one expert"));
   }
   const int64_t hidden = w.gate.weight.cols, inter = w.gate.weight.rows;
   const LinearOutput gate_up[] = {{&w.gate, host_gate_.data(), inter},
                                   {&w.up, host_up_.data(), inter}};
-  host_ops_->Linear(host_x_, hidden, rows, gate_up);
+  host_ops_->Linear(host_x_ + first * hidden, hidden, rows, gate_up);
   host_ops_->SiluMul(host_gate_.data(), host_up_.data(), rows, static_cast<int32_t>(inter),
                      host_gate_.data());
-  const LinearOutput down[] = {{&w.down, host_out_, hidden}};
+  const LinearOutput down[] = {{&w.down, host_out_ + first * hidden, hidden}};
   host_ops_->Linear(host_gate_.data(), inter, rows, down);
   return absl::OkStatus();
 }
@@ -249,11 +254,12 @@ bool StoredExpertProvider::PrefersHost(int32_t layer, int32_t expert, int32_t ro
   return cost_.HostIsFaster(rows, store_->slot_bytes(), row_bytes);
 }
 
-absl::Status StoredExpertProvider::RunOnHost(int32_t layer, int32_t expert, int32_t rows) {
-  if (host_ops_ == nullptr) return ExpertProvider::RunOnHost(layer, expert, rows);
+absl::Status StoredExpertProvider::RunOnHost(int32_t layer, int32_t expert, int32_t first,
+                                             int32_t rows) {
+  if (host_ops_ == nullptr) return ExpertProvider::RunOnHost(layer, expert, first, rows);
   const ExpertWeights& w = host_weights_[static_cast<size_t>(Index(layer, expert))];
   LOOM_CHECK(w.gate.weight.data != nullptr, "layer ", layer, " has no experts");
-  LOOM_RETURN_IF_ERROR(Compute(w, rows));
+  LOOM_RETURN_IF_ERROR(Compute(w, first, rows));
   store_->CountComputedAtHome();
   return absl::OkStatus();
 }

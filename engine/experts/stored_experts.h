@@ -56,7 +56,8 @@ struct HostComputeCost {
 struct HostComputeOptions {
   ExpertHostCompute mode = ExpertHostCompute::kNever;
   Ops* ops = nullptr;     // the host CPU's ops (a CPU backend's); nullptr: no host compute
-  int32_t max_rows = 0;   // most tokens one step routes to one expert (the step's tokens)
+  int32_t max_rows = 0;          // most rows one layer computes on the host (tokens x top_k)
+  int32_t max_expert_rows = 0;   // most rows of one expert (a step's tokens)
 };
 
 class StoredExpertProvider final : public ExpertProvider {
@@ -87,7 +88,7 @@ class StoredExpertProvider final : public ExpertProvider {
   void EndStep() override;
   bool PrefersHost(int32_t layer, int32_t expert, int32_t rows) override;
   HostRows host_rows() override { return {host_x_, host_out_}; }
-  absl::Status RunOnHost(int32_t layer, int32_t expert, int32_t rows) override;
+  absl::Status RunOnHost(int32_t layer, int32_t expert, int32_t first, int32_t rows) override;
 
   const HostComputeCost& host_cost() const { return cost_; }
 
@@ -101,8 +102,8 @@ class StoredExpertProvider final : public ExpertProvider {
   // Host compute: buffers, and the costs (kAuto).
   absl::Status SetUpHostCompute(Backend& backend, const HostComputeOptions& host);
   absl::Status MeasureHostCompute();
-  // host_out_ = w's MLP of host_x_, `rows` rows, on the host's ops.
-  absl::Status Compute(const ExpertWeights& w, int32_t rows);
+  // host_out_[first, first + rows) = w's MLP of host_x_[first, first + rows), on the host's ops.
+  absl::Status Compute(const ExpertWeights& w, int32_t first, int32_t rows);
   // The index of an expert in shapes_ / host_weights_ (checked).
   int64_t Index(int32_t layer, int32_t expert) const;
 
@@ -121,7 +122,7 @@ class StoredExpertProvider final : public ExpertProvider {
   std::vector<ExpertWeights> host_weights_;
   ExpertHostCompute host_mode_ = ExpertHostCompute::kNever;
   Ops* host_ops_ = nullptr;
-  int32_t host_max_rows_ = 0;
+  int32_t host_max_rows_ = 0, host_max_expert_rows_ = 0;
   HostMemory host_x_memory_, host_out_memory_;
   float* host_x_ = nullptr;
   float* host_out_ = nullptr;

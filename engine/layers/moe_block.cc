@@ -51,43 +51,72 @@ absl::Status MoeBlock(Backend& backend, Ops& ops, const ModelConfig& c, const Mo
   }
   const int32_t inter = c.moe.expert_intermediate_size;
   const int32_t* offsets = m.host_expert_offsets;
+  const int64_t row_bytes = int64_t{hidden} * static_cast<int64_t>(sizeof(float));
   // The experts with tokens, and which of them are computed on the host.
-  int32_t used[kMaxMoeExperts];
-  bool on_host[kMaxMoeExperts];
-  int32_t num_used = 0, num_loaded = 0;
-  for (int32_t e = 0; e < num_experts && num_used < kMaxMoeExperts; ++e) {
+  int32_t loaded[kMaxMoeExperts], hosted[kMaxMoeExperts];
+  int32_t num_loaded = 0, num_hosted = 0;
+  for (int32_t e = 0; e < num_experts; ++e) {
     const int32_t rows = offsets[e + 1] - offsets[e];
     if (rows == 0) continue;
-    on_host[e] = experts.PrefersHost(layer, e, rows);
-    if (!on_host[e]) used[num_loaded++] = e;
-    ++num_used;
+    if (m.host_rows != nullptr && experts.PrefersHost(layer, e, rows)) {
+      hosted[num_hosted++] = e;
+    } else {
+      loaded[num_loaded++] = e;
+    }
   }
-  experts.WillUse(layer, std::span<const int32_t>(used, static_cast<size_t>(num_loaded)));
+  // With experts on the host, every expert's output rows stay at their grouped positions in
+  // m.host_rows until all are there, and are added in expert order at the end (as the
+  // all-resident run adds them). The hosted experts' rows leave first, so that the host computes
+  // them while the device runs the loaded experts.
+  const ExpertProvider::HostRows host = experts.host_rows();
+  for (int32_t i = 0; i < num_hosted; ++i) {
+    const int32_t e = hosted[i];
+    const int32_t first = offsets[e];
+    const int32_t rows = offsets[e + 1] - first;
+    ops.GatherRows(normed, hidden, m.grouped_tokens + first, rows, hidden,
+                   m.host_rows + int64_t{first} * hidden);
+    backend.CopyToHostAsync(host.x + int64_t{first} * hidden,
+                            m.host_rows + int64_t{first} * hidden, rows * row_bytes);
+  }
+
+  experts.WillUse(layer, std::span<const int32_t>(loaded, static_cast<size_t>(num_loaded)));
+  for (int32_t i = 0; i < num_loaded; ++i) {
+    const int32_t e = loaded[i];
+    const int32_t first = offsets[e];
+    const int32_t rows = offsets[e + 1] - first;
+    LOOM_ASSIGN_OR_RETURN(const ExpertWeights* expert, experts.Get(layer, e));
+    ops.GatherRows(normed, hidden, m.grouped_tokens + first, rows, hidden, m.gathered);
+    const LinearOutput gate_up[] = {{&expert->gate, s.gate, inter}, {&expert->up, s.up, inter}};
+    ops.Linear(m.gathered, hidden, rows, gate_up);
+    ops.SiluMul(s.gate, s.up, rows, inter, s.gate);
+    float* out = num_hosted > 0 ? m.host_rows + int64_t{first} * hidden : m.expert_out;
+    const LinearOutput down[] = {{&expert->down, out, hidden}};
+    ops.Linear(s.gate, inter, rows, down);
+    if (num_hosted == 0) {
+      ops.MoeScatterAdd(out, rows, hidden, m.grouped_tokens + first, m.grouped_weights + first,
+                        delta);
+    }
+    experts.Done(layer, e);
+  }
+  if (num_hosted == 0) return absl::OkStatus();
+
+  // The host's part, while the device computes what is queued; its rows then go back (host.out
+  // is written again only after the next layer's wait, which comes after these copies).
+  LOOM_RETURN_IF_ERROR(backend.WaitForHostCopies());
+  for (int32_t i = 0; i < num_hosted; ++i) {
+    const int32_t e = hosted[i];
+    const int32_t first = offsets[e];
+    const int32_t rows = offsets[e + 1] - first;
+    LOOM_RETURN_IF_ERROR(experts.RunOnHost(layer, e, first, rows));
+    backend.CopyToDevice(m.host_rows + int64_t{first} * hidden,
+                         host.out + int64_t{first} * hidden, rows * row_bytes);
+  }
   for (int32_t e = 0; e < num_experts; ++e) {
     const int32_t first = offsets[e];
     const int32_t rows = offsets[e + 1] - first;
     if (rows == 0) continue;
-    ops.GatherRows(normed, hidden, m.grouped_tokens + first, rows, hidden, m.gathered);
-    const int64_t bytes = int64_t{rows} * hidden * static_cast<int64_t>(sizeof(float));
-    if (on_host[e]) {
-      const ExpertProvider::HostRows host = experts.host_rows();
-      backend.CopyToHost(host.x, m.gathered, bytes);  // waits for the gather
-      LOOM_RETURN_IF_ERROR(experts.RunOnHost(layer, e, rows));
-      // host.out is reused only after the next CopyToHost, which waits for this copy.
-      backend.CopyToDevice(m.expert_out, host.out, bytes);
-      ops.MoeScatterAdd(m.expert_out, rows, hidden, m.grouped_tokens + first,
-                        m.grouped_weights + first, delta);
-      continue;
-    }
-    LOOM_ASSIGN_OR_RETURN(const ExpertWeights* expert, experts.Get(layer, e));
-    const LinearOutput gate_up[] = {{&expert->gate, s.gate, inter}, {&expert->up, s.up, inter}};
-    ops.Linear(m.gathered, hidden, rows, gate_up);
-    ops.SiluMul(s.gate, s.up, rows, inter, s.gate);
-    const LinearOutput down[] = {{&expert->down, m.expert_out, hidden}};
-    ops.Linear(s.gate, inter, rows, down);
-    ops.MoeScatterAdd(m.expert_out, rows, hidden, m.grouped_tokens + first,
-                      m.grouped_weights + first, delta);
-    experts.Done(layer, e);
+    ops.MoeScatterAdd(m.host_rows + int64_t{first} * hidden, rows, hidden,
+                      m.grouped_tokens + first, m.grouped_weights + first, delta);
   }
   return absl::OkStatus();
 }

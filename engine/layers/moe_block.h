@@ -10,13 +10,16 @@
 //            delta[token] += weight * y[row]                   (Ops::MoeScatterAdd)
 //
 // Experts are reached only through the ExpertProvider, and only those the step routes tokens to.
-// An expert the provider would rather compute where it lives (ExpertProvider::PrefersHost) has
-// its gathered rows copied to the host, run there (RunOnHost), and the result copied back before
-// the same scatter-add, in the same place of the order.
+// Experts the provider would rather compute where they live (ExpertProvider::PrefersHost, when
+// the model has host rows) are computed on the host CPU while the device runs the others: their
+// gathered rows are queued to the host first, the loaded experts are queued next, then the host
+// computes its experts (RunOnHost) and their rows go back. Every expert's output then waits at
+// its grouped position until all are there, and the scatter-adds run in expert order, so the
+// sums are the all-resident run's.
+//
 // The block reads the routing's per-expert row counts on the host (Ops::MoeRoute copies them
-// there). A token's sum
-// has the same terms in the same order whatever else is in the batch, so batching changes only the
-// matmuls' summation order (as for dense layers).
+// there). A token's sum has the same terms in the same order whatever else is in the batch, so
+// batching changes only the matmuls' summation order (as for dense layers).
 #pragma once
 
 #include <cstdint>
@@ -43,6 +46,9 @@ struct MoeScratch {
   float* gathered = nullptr;            // [T, hidden]
   float* expert_out = nullptr;          // [T, hidden]
   float* shared_gate_logits = nullptr;  // [T]
+  // [T * K, hidden]: every expert's rows at their grouped positions, when some are computed on
+  // the host; null when the provider computes none there.
+  float* host_rows = nullptr;
 };
 
 // normed: [num_tokens, hidden] -> delta: [num_tokens, hidden]. The token rows' chosen experts go to

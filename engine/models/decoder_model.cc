@@ -20,13 +20,13 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Create(
   }
   std::unique_ptr<DecoderModel> model(
       new DecoderModel(config, std::move(weights), backend, max_num_tokens, max_logit_rows));
-  LOOM_RETURN_IF_ERROR(model->Allocate());
   if (config.is_moe()) {
     model->experts_ = experts != nullptr
                           ? std::move(experts)
                           : std::make_unique<ResidentExpertProvider>(model->weights_.experts,
                                                                      config.moe.num_experts);
   }
+  LOOM_RETURN_IF_ERROR(model->Allocate());
   return model;
 }
 
@@ -77,6 +77,7 @@ absl::Status DecoderModel::Allocate() {
                   {t * c.hidden_size, &m.gathered},
                   {t * c.hidden_size, &m.expert_out},
                   {t, &m.shared_gate_logits}});
+    if (experts_->host_rows().x != nullptr) slots.push_back({pairs * c.hidden_size, &m.host_rows});
   }
   int64_t total = 0;
   for (const Slot& slot : slots) total += padded(slot.floats);

@@ -125,7 +125,8 @@ absl::StatusOr<std::unique_ptr<ExpertProvider>> LocalExecutor::CreateExpertCache
   if (in_memory) {
     HostComputeOptions host;
     host.mode = config.expert_host_compute;
-    host.max_rows = config.max_num_batched_tokens;
+    host.max_expert_rows = config.max_num_batched_tokens;
+    host.max_rows = config.max_num_batched_tokens * model_config.moe.num_experts_per_tok;
     if (host.mode != ExpertHostCompute::kNever) {
       if (backend_->host_memory()) {
         host.ops = &backend_->ops();

@@ -317,7 +317,8 @@ TEST(DeviceExpertProviderTest, RunsMissingExpertsOnTheHostWhenAsked) {
   HostComputeOptions compute;
   compute.mode = ExpertHostCompute::kAlways;
   compute.ops = &backend.ops();
-  compute.max_rows = 4;
+  compute.max_rows = 8;
+  compute.max_expert_rows = 4;
   absl::StatusOr<std::unique_ptr<StoredExpertProvider>> provider =
       StoredExpertProvider::CreateInHostMemory(host.weights, 3, backend, options, compute);
   ASSERT_TRUE(provider.ok()) << provider.status();
@@ -334,21 +335,23 @@ TEST(DeviceExpertProviderTest, RunsMissingExpertsOnTheHostWhenAsked) {
   const ExpertProvider::HostRows rows = p.host_rows();
   ASSERT_NE(rows.x, nullptr);
   ASSERT_NE(rows.out, nullptr);
-  for (int i = 0; i < 3 * 40; ++i) rows.x[i] = 0.01f * static_cast<float>(i % 17) - 0.05f;
-  ASSERT_TRUE(p.RunOnHost(0, 1, 3).ok());
+  // Rows 2..4 of the host buffers.
+  for (int i = 0; i < 3 * 40; ++i) rows.x[80 + i] = 0.01f * static_cast<float>(i % 17) - 0.05f;
+  ASSERT_TRUE(p.RunOnHost(0, 1, 2, 3).ok());
   std::vector<float> want(3 * 40), gate(3 * 24), up(3 * 24);
   const ExpertWeights& w = host.weights[1];
   const LinearOutput gate_up[] = {{&w.gate, gate.data(), 24}, {&w.up, up.data(), 24}};
-  backend.ops().Linear(rows.x, 40, 3, gate_up);
+  backend.ops().Linear(rows.x + 80, 40, 3, gate_up);
   backend.ops().SiluMul(gate.data(), up.data(), 3, 24, gate.data());
   const LinearOutput down[] = {{&w.down, want.data(), 40}};
   backend.ops().Linear(gate.data(), 24, 3, down);
-  EXPECT_EQ(std::vector<float>(rows.out, rows.out + 3 * 40), want);
+  EXPECT_EQ(std::vector<float>(rows.out + 80, rows.out + 80 + 3 * 40), want);
   float largest = 0;
   for (float v : want) largest = std::max(largest, std::abs(v));
   EXPECT_GT(largest, 0.0f) << "the check must not compare zeros";
   EXPECT_EQ(p.store().Stats().computed_at_home, 1);
-  EXPECT_FALSE(p.RunOnHost(0, 1, 5).ok()) << "more rows than the host buffers hold";
+  EXPECT_FALSE(p.RunOnHost(0, 1, 0, 5).ok()) << "more rows of one expert than the host holds";
+  EXPECT_FALSE(p.RunOnHost(0, 1, 6, 3).ok()) << "rows past the host buffers";
 }
 
 TEST(ExpertCacheConfigTest, DenseModelsIgnoreTheBudget) {

@@ -27,6 +27,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const BackendOp
   backend->device_ = options.device;
   LOOM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device));
   LOOM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&backend->stream_, cudaStreamNonBlocking));
+  LOOM_CUDA_RETURN_IF_ERROR(
+      cudaEventCreateWithFlags(&backend->host_copies_, cudaEventDisableTiming));
   LOOM_CUBLAS_RETURN_IF_ERROR(cublasCreate(&backend->cublas_));
   LOOM_CUBLAS_RETURN_IF_ERROR(cublasSetStream(backend->cublas_, backend->stream_));
   backend->ops_ = std::make_unique<CudaOps>(backend->stream_, backend->cublas_);
@@ -45,6 +47,7 @@ CudaBackend::~CudaBackend() {
   for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
   ops_.reset();
   if (cublas_ != nullptr) cublasDestroy(cublas_);
+  if (host_copies_ != nullptr) cudaEventDestroy(host_copies_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -84,6 +87,20 @@ void CudaBackend::CopyToHost(void* host_dst, const void* device_src, int64_t byt
                                       cudaMemcpyDeviceToHost, stream_);
   if (error == cudaSuccess) error = cudaStreamSynchronize(stream_);
   if (error != cudaSuccess) ops_->Record(CudaStatus(error, "copy to host", __FILE__, __LINE__));
+}
+
+void CudaBackend::CopyToHostAsync(void* host_dst, const void* device_src, int64_t bytes) {
+  if (bytes == 0) return;
+  cudaError_t error = cudaMemcpyAsync(host_dst, device_src, static_cast<size_t>(bytes),
+                                      cudaMemcpyDeviceToHost, stream_);
+  if (error == cudaSuccess) error = cudaEventRecord(host_copies_, stream_);
+  if (error != cudaSuccess) ops_->Record(CudaStatus(error, "copy to host", __FILE__, __LINE__));
+}
+
+absl::Status CudaBackend::WaitForHostCopies() {
+  const cudaError_t error = cudaEventSynchronize(host_copies_);
+  ops_->Record(CudaStatus(error, "cudaEventSynchronize", __FILE__, __LINE__));
+  return ops_->TakeError();
 }
 
 void CudaBackend::CopyWithinDevice(void* device_dst, const void* device_src, int64_t bytes) {

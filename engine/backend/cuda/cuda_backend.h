@@ -44,6 +44,9 @@ class CudaBackend final : public Backend {
   void CopyToDevice(void* device_dst, const void* host_src, int64_t bytes) override;
   void CopyToHost(void* host_dst, const void* device_src, int64_t bytes) override;
   void CopyWithinDevice(void* device_dst, const void* device_src, int64_t bytes) override;
+  // cudaMemcpyAsync on the stream, then an event; the wait is on the event, not the stream.
+  void CopyToHostAsync(void* host_dst, const void* device_src, int64_t bytes) override;
+  absl::Status WaitForHostCopies() override;
   // Page-locked (cudaHostAlloc), so that copies from it run at the bus's speed.
   absl::StatusOr<HostMemory> AllocateHost(int64_t bytes) override;
   // A stream of its own (non-blocking, so it does not wait for the ops' stream either).
@@ -63,6 +66,7 @@ class CudaBackend final : public Backend {
 
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
+  cudaEvent_t host_copies_ = nullptr;  // recorded after each CopyToHostAsync
   cublasHandle_t cublas_ = nullptr;
   std::unique_ptr<CudaOps> ops_;
   absl::flat_hash_map<int64_t, cudaGraphExec_t> graphs_;
