@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 
 #include "engine/common/logging.h"
 #include "engine/common/status.h"
@@ -32,6 +33,32 @@ absl::StatusOr<ExpertPart> Locate(const WeightView& view, std::span<const Mapped
                                     " is not in the checkpoint's files"));
 }
 
+// The locations of the routed experts of `experts` ([num_layers * num_experts], dense layers'
+// entries empty), each matrix placed by `place`; `shapes` gets `experts` with the routed experts'
+// data pointers cleared.
+absl::StatusOr<std::vector<ExpertLocation>> LocateExperts(
+    std::span<const ExpertWeights> experts, int32_t num_experts,
+    const std::function<absl::StatusOr<ExpertPart>(const LinearWeight&, ExpertKey)>& place,
+    std::vector<ExpertWeights>* shapes) {
+  shapes->assign(experts.begin(), experts.end());
+  std::vector<ExpertLocation> locations;
+  for (size_t i = 0; i < experts.size(); ++i) {
+    const ExpertWeights& w = experts[i];
+    if (w.gate.weight.data == nullptr) continue;  // a dense layer
+    const ExpertKey key{static_cast<int32_t>(i / static_cast<size_t>(num_experts)),
+                        static_cast<int32_t>(i % static_cast<size_t>(num_experts))};
+    ExpertLocation location{key, {}};
+    for (const LinearWeight* m : {&w.gate, &w.up, &w.down}) {
+      LOOM_ASSIGN_OR_RETURN(ExpertPart part, place(*m, key));
+      location.parts.push_back(part);
+    }
+    locations.push_back(std::move(location));
+    ExpertWeights& shape = (*shapes)[i];
+    shape.gate.weight.data = shape.up.weight.data = shape.down.weight.data = nullptr;
+  }
+  return locations;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<StoredExpertProvider>> StoredExpertProvider::Create(
@@ -47,21 +74,13 @@ absl::StatusOr<std::unique_ptr<StoredExpertProvider>> StoredExpertProvider::Crea
     paths.push_back(file->path());
     mapped.push_back({static_cast<const uint8_t*>(file->mapping()), file->file_bytes()});
   }
-  std::vector<ExpertLocation> locations;
-  std::vector<ExpertWeights> shapes(experts.begin(), experts.end());
-  for (size_t i = 0; i < experts.size(); ++i) {
-    const ExpertWeights& w = experts[i];
-    if (w.gate.weight.data == nullptr) continue;  // a dense layer
-    const ExpertKey key{static_cast<int32_t>(i / static_cast<size_t>(num_experts)),
-                        static_cast<int32_t>(i % static_cast<size_t>(num_experts))};
-    ExpertLocation location{key, {}};
-    for (const LinearWeight* m : {&w.gate, &w.up, &w.down}) {
-      LOOM_ASSIGN_OR_RETURN(ExpertPart part, Locate(m->weight, mapped, key));
-      location.parts.push_back(part);
-    }
-    locations.push_back(std::move(location));
-    shapes[i].gate.weight.data = shapes[i].up.weight.data = shapes[i].down.weight.data = nullptr;
-  }
+  std::vector<ExpertWeights> shapes;
+  LOOM_ASSIGN_OR_RETURN(
+      std::vector<ExpertLocation> locations,
+      LocateExperts(
+          experts, num_experts,
+          [&](const LinearWeight& m, ExpertKey key) { return Locate(m.weight, mapped, key); },
+          &shapes));
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<ExpertStore> store,
                         ExpertStore::Create(paths, std::move(locations), options));
   return std::unique_ptr<StoredExpertProvider>(
@@ -81,29 +100,25 @@ absl::StatusOr<std::unique_ptr<StoredExpertProvider>> StoredExpertProvider::Crea
     const ExpertStoreOptions& options, const HostComputeOptions& host) {
   constexpr int64_t kPage = 4096;
   // Each part at a page boundary of the home, so it keeps that alignment in a slot.
-  std::vector<ExpertLocation> locations;
   std::vector<const void*> sources;
-  std::vector<ExpertWeights> shapes(experts.begin(), experts.end());
+  std::vector<ExpertWeights> shapes;
   int64_t home_bytes = 0;
-  for (size_t i = 0; i < experts.size(); ++i) {
-    const ExpertWeights& w = experts[i];
-    if (w.gate.weight.data == nullptr) continue;  // a dense layer
-    const ExpertKey key{static_cast<int32_t>(i / static_cast<size_t>(num_experts)),
-                        static_cast<int32_t>(i % static_cast<size_t>(num_experts))};
-    ExpertLocation location{key, {}};
-    for (const LinearWeight* m : {&w.gate, &w.up, &w.down}) {
-      if (m->bias != nullptr) {
-        return absl::UnimplementedError(
-            "an expert cache in device memory does not hold experts with biases");
-      }
-      const int64_t bytes = m->weight.rows * DTypeRowBytes(m->weight.dtype, m->weight.cols);
-      location.parts.push_back({0, home_bytes, bytes});
-      sources.push_back(m->weight.data);
-      home_bytes += (bytes + kPage - 1) / kPage * kPage;
-    }
-    locations.push_back(std::move(location));
-    shapes[i].gate.weight.data = shapes[i].up.weight.data = shapes[i].down.weight.data = nullptr;
-  }
+  LOOM_ASSIGN_OR_RETURN(
+      std::vector<ExpertLocation> locations,
+      LocateExperts(
+          experts, num_experts,
+          [&](const LinearWeight& m, ExpertKey) -> absl::StatusOr<ExpertPart> {
+            if (m.bias != nullptr) {
+              return absl::UnimplementedError(
+                  "an expert cache in device memory does not hold experts with biases");
+            }
+            const int64_t bytes = m.weight.rows * DTypeRowBytes(m.weight.dtype, m.weight.cols);
+            const ExpertPart part{0, home_bytes, bytes};
+            sources.push_back(m.weight.data);
+            home_bytes += (bytes + kPage - 1) / kPage * kPage;
+            return part;
+          },
+          &shapes));
   absl::StatusOr<HostMemory> home = backend.AllocateHost(home_bytes);
   if (!home.ok()) {
     return absl::ResourceExhaustedError(StrCat("the experts' host copy (", home_bytes >> 20,
