@@ -171,13 +171,16 @@ class CudaMoeTest : public ::testing::TestWithParam<std::string> {
 };
 
 // The expert cache on the device (slots in device memory, experts copied from page-locked host
-// memory on a stream of their own, engine/experts/device_tiers.h) is lossless: with one slot,
-// half the experts and all of them, the tokens and logits are the all-resident run's. The same
-// bytes reach the same kernels, so the logits should agree to the bit; the bound leaves room
-// only for a cuBLAS algorithm chosen differently for another pointer alignment.
+// memory on a stream of their own, engine/experts/device_tiers.h; every expert computed on the
+// device) is lossless: with one slot, half the experts and all of them, the tokens and logits
+// are the all-resident run's. The same bytes reach the same kernels, so the logits should agree
+// to the bit; the bound leaves room only for a cuBLAS algorithm chosen differently for another
+// pointer alignment.
 TEST_P(CudaMoeTest, ExpertCacheIsLossless) {
   auto resident = MakeExecutor(*golden_, Cuda());
-  auto probe = MakeExecutor(*golden_, Cuda({.expert_cache_bytes = 1}));
+  constexpr ExpertHostCompute kNever = ExpertHostCompute::kNever;
+  auto probe =
+      MakeExecutor(*golden_, Cuda({.expert_cache_bytes = 1, .expert_host_compute = kNever}));
   ASSERT_NE(resident, nullptr);
   ASSERT_NE(probe, nullptr);
   const int64_t slot = probe->capacity().expert_slot_bytes;
@@ -189,7 +192,8 @@ TEST_P(CudaMoeTest, ExpertCacheIsLossless) {
   const int32_t all = sparse * info.num_experts;
   const EngineRun want = RunPrompts(*resident, *golden_, {.prefill_chunk = 5});
   for (const int32_t slots : {1, all / 2, all}) {
-    auto cached = MakeExecutor(*golden_, Cuda({.expert_cache_bytes = slots * slot}));
+    auto cached = MakeExecutor(
+        *golden_, Cuda({.expert_cache_bytes = slots * slot, .expert_host_compute = kNever}));
     ASSERT_NE(cached, nullptr) << slots << " slots";
     EXPECT_EQ(cached->capacity().expert_cache_slots, slots);
     const EngineRun got = RunPrompts(*cached, *golden_, {.prefill_chunk = 5});
