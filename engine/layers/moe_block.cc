@@ -21,10 +21,10 @@ void SharedExpert(Ops& ops, const ModelConfig& c, const MoeLayerWeights& w, int3
 
 }  // namespace
 
-absl::Status MoeBlock(Backend& backend, Ops& ops, const ModelConfig& c, const MoeLayerWeights& w, int32_t layer,
-                      ExpertProvider& experts, int32_t num_tokens, const float* normed,
-                      const LayerScratch& s, const MoeScratch& m, int32_t* expert_ids,
-                      float* delta) {
+absl::Status MoeBlock(Backend& backend, Ops& ops, const ModelConfig& c, const MoeLayerWeights& w,
+                      int32_t layer, ExpertProvider& experts, int32_t num_tokens,
+                      const float* normed, const LayerScratch& s, const MoeScratch& m,
+                      int32_t* expert_ids, float* delta) {
   const int32_t num_experts = c.moe.num_experts;
   const int32_t hidden = c.hidden_size;
   const LinearOutput router[] = {{&w.router, m.router_logits, num_experts}};

@@ -56,9 +56,9 @@ struct MoeScratch {
 // max(expert, shared expert intermediate size)]. Fails only when the provider cannot produce an
 // expert. `backend` (whose ops `ops` are) copies rows to and from the host for experts computed
 // there.
-absl::Status MoeBlock(Backend& backend, Ops& ops, const ModelConfig& config, const MoeLayerWeights& weights,
-                      int32_t layer, ExpertProvider& experts, int32_t num_tokens,
-                      const float* normed, const LayerScratch& scratch, const MoeScratch& moe,
-                      int32_t* expert_ids, float* delta);
+absl::Status MoeBlock(Backend& backend, Ops& ops, const ModelConfig& config,
+                      const MoeLayerWeights& weights, int32_t layer, ExpertProvider& experts,
+                      int32_t num_tokens, const float* normed, const LayerScratch& scratch,
+                      const MoeScratch& moe, int32_t* expert_ids, float* delta);
 
 }  // namespace loom

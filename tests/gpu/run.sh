@@ -282,7 +282,10 @@ stages=("$@")
 [[ ${#stages[@]} -gt 0 ]] || stages=(build test bench engine moe sdpa)
 has_stage() { local s; for s in "${stages[@]}"; do [[ "$s" == "$1" ]] && return 0; done; return 1; }
 for stage in "${stages[@]}"; do
-  case "$stage" in build|test|bench|engine|moe|sdpa|profile) ;; *) die "unknown stage '$stage'" ;; esac
+  case "$stage" in
+    build|test|bench|engine|moe|sdpa|profile) ;;
+    *) die "unknown stage '$stage'" ;;
+  esac
 done
 
 check_tools
