@@ -60,7 +60,7 @@ class FileTiers final : public ExpertTiers {
     const size_t bytes = (slot_memory_bytes + kHugePage - 1) / kHugePage * kHugePage;
     slots_ = static_cast<uint8_t*>(std::aligned_alloc(kHugePage, bytes));
     if (slots_ != nullptr) ::madvise(slots_, bytes, MADV_HUGEPAGE);
-    direct_ = std::any_of(direct_fds_.begin(), direct_fds_.end(), [](int fd) { return fd >= 0; });
+    UpdateDirect();
   }
   ~FileTiers() override {
     std::free(slots_);
@@ -76,6 +76,11 @@ class FileTiers final : public ExpertTiers {
                     uint8_t* slot) override;
 
  private:
+  // Whether any file is still read with O_DIRECT.
+  void UpdateDirect() {
+    direct_ = std::any_of(direct_fds_.begin(), direct_fds_.end(), [](int fd) { return fd >= 0; });
+  }
+
   const std::vector<int> fds_;
   // Per file: -1 when O_DIRECT is unavailable (or failed once). The loader's only.
   std::vector<int> direct_fds_;
@@ -100,8 +105,7 @@ absl::Status FileTiers::Load(const ExpertLocation& location, std::span<const int
                  "cache and drop it afterwards");
         ::close(direct_fds_[file]);
         direct_fds_[file] = -1;
-        direct_ = std::any_of(direct_fds_.begin(), direct_fds_.end(),
-                              [](int fd) { return fd >= 0; });
+        UpdateDirect();
       }
     }
     if (direct_fds_[file] < 0) {

@@ -156,7 +156,7 @@ class ExpertStore {
   bool IsResident(ExpertKey key) const;
   // Resident, or being loaded (or queued) for an Acquire or Preload.
   bool IsResidentOrComing(ExpertKey key) const;
-  // Counts a step's computing of `key` in the slow tier (ExpertStoreStats::computed_at_home).
+  // Counts one expert that a step computed in the slow tier (ExpertStoreStats::computed_at_home).
   void CountComputedAtHome();
   ExpertStoreStats Stats() const;
   int64_t slot_bytes() const { return slot_bytes_; }

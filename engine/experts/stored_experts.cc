@@ -261,10 +261,10 @@ absl::Status StoredExpertProvider::Compute(const ExpertWeights& w, int32_t first
 
 bool StoredExpertProvider::PrefersHost(int32_t layer, int32_t expert, int32_t rows) {
   if (host_ops_ == nullptr || host_mode_ == ExpertHostCompute::kNever) return false;
-  (void)Index(layer, expert);
+  const int64_t index = Index(layer, expert);
   if (store_->IsResidentOrComing({layer, expert})) return false;
   if (host_mode_ == ExpertHostCompute::kAlways) return true;
-  const int64_t row_bytes = shapes_[static_cast<size_t>(Index(layer, expert))].gate.weight.cols *
+  const int64_t row_bytes = shapes_[static_cast<size_t>(index)].gate.weight.cols *
                             static_cast<int64_t>(sizeof(float));
   return cost_.HostIsFaster(rows, store_->slot_bytes(), row_bytes);
 }

@@ -347,11 +347,6 @@ struct HasDot : std::false_type {};
 template <class K>
 struct HasDot<K, std::enable_if_t<K::kHasDot>> : std::true_type {};
 
-// One x row by four weight rows of a 32-element format (q8_0, q4_0, q4_1): the four rows' integer
-// dots of a block are folded into one vector with vphaddd (lane r and r + 4 hold row r), their
-// four f16 scales converted by one vcvtph2ps, so the f32 work per block is one conversion and one
-// FMA for all four rows (q4_1: one more for the four mins, into lanes 0-3). acc lanes r + (r + 4)
-// sum to row r.
 // The f16 at byte `offset` of each of four blocks, as f32.
 inline __m128 Int8Halves4(const uint8_t* const* w, int offset) {
   uint16_t h[4];
@@ -361,6 +356,11 @@ inline __m128 Int8Halves4(const uint8_t* const* w, int offset) {
                                      0, 0));
 }
 
+// One x row by four weight rows of a 32-element format (q8_0, q4_0, q4_1): the four rows' integer
+// dots of a block are folded into one vector with vphaddd (lane r and r + 4 hold row r), their
+// four f16 scales converted by one vcvtph2ps, so the f32 work per block is one conversion and one
+// FMA for all four rows (q4_1: one more for the four mins, into lanes 0-3). acc lanes r + (r + 4)
+// sum to row r.
 template <class K>
 __m256 Int8DotRows4(const XBlock32* x, const uint8_t* const* w_rows, int64_t num_blocks) {
   __m256 acc = _mm256_setzero_ps();

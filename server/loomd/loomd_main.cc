@@ -112,8 +112,10 @@ void LogExpertCache(const ServerConfig& config, const ModelInfo& model,
            " slots x ", capacity.expert_slot_bytes, " bytes = ", expert_bytes, " bytes) holding ",
            capacity.expert_cache_slots, " of ", num_routed, " routed experts (",
            num_routed > 0 ? 100 * int64_t{capacity.expert_cache_slots} / num_routed : 0,
-           " %); policy ", config.expert_cache_policy, ", direct I/O ",
-           config.expert_direct_io ? "on" : "off");
+           " %); policy ", config.expert_cache_policy,
+           config.backend == "cpu"
+               ? StrCat(", direct I/O ", config.expert_direct_io ? "on" : "off")
+               : StrCat(", experts in host memory, host compute ", config.expert_host_compute));
 }
 
 // Loads the text layer; a model without tokenizer or template still serves token ids.
