@@ -116,6 +116,49 @@ void CpuOps::MoeScatterAdd(const float* rows, int32_t num_rows, int32_t dim,
   cpu::MoeScatterAdd(pool_, rows, num_rows, dim, tokens, weights, out);
 }
 
+namespace {
+
+// On the CPU the table is the experts themselves: the host reads the routing directly.
+class CpuExpertTable final : public ExpertTable {
+ public:
+  explicit CpuExpertTable(std::span<const ExpertWeights> experts) : experts(experts) {}
+  std::span<const ExpertWeights> experts;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ExpertTable>> CpuOps::CreateExpertTable(
+    std::span<const ExpertWeights> experts) {
+  if (experts.empty() || static_cast<int64_t>(experts.size()) > kMaxMoeExperts) {
+    return absl::InvalidArgumentError(StrCat("an expert table of ", experts.size(), " experts"));
+  }
+  return std::make_unique<CpuExpertTable>(experts);
+}
+
+void CpuOps::MoeGroupedExperts(const MoeGroupedArgs& a) {
+  const auto& experts = static_cast<const CpuExpertTable*>(a.table)->experts;
+  for (size_t e = 0; e < experts.size(); ++e) {
+    const int32_t first = a.expert_offsets[e];
+    const int32_t rows = a.expert_offsets[e + 1] - first;
+    if (rows == 0) continue;
+    const ExpertWeights& w = experts[e];
+    const int64_t inter = w.gate.out_features();
+    const int64_t hidden = w.gate.in_features();
+    float* gate = a.gate + first * inter;
+    float* up = a.up + first * inter;
+    const LinearOutput gate_up[] = {{&w.gate, gate, inter}, {&w.up, up, inter}};
+    Linear(a.x + first * hidden, hidden, rows, gate_up);
+    SiluMul(gate, up, rows, static_cast<int32_t>(inter), gate);
+    const LinearOutput down[] = {{&w.down, a.out + first * hidden, hidden}};
+    Linear(gate, inter, rows, down);
+  }
+}
+
+void CpuOps::MoeCombine(const float* rows, int32_t num_tokens, int32_t top_k, int32_t dim,
+                        const int32_t* token_rows, const float* weights, float* out) {
+  cpu::MoeCombine(pool_, rows, num_tokens, top_k, dim, token_rows, weights, out);
+}
+
 CpuBackend::CpuBackend(const BackendOptions& options)
     : ops_(options.num_threads,
            options.fast_bf16_matmul ? cpu::MatmulPrecision::kBf16 : cpu::MatmulPrecision::kHighest,

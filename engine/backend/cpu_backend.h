@@ -49,6 +49,16 @@ class CpuOps final : public Ops {
                      int32_t dim, float* out) override;
   void MoeScatterAdd(const float* rows, int32_t num_rows, int32_t dim, const int32_t* tokens,
                      const float* weights, float* out) override;
+  // The grouped experts compute exactly what the block's expert-by-expert path computes (the
+  // same Linear and SiluMul calls on the same rows), so steps of up to this many tokens take
+  // them and the model tests check both paths against the same goldens.
+  static constexpr int32_t kMaxGroupedExpertTokens = 64;
+  int32_t MaxGroupedExpertTokens() const override { return kMaxGroupedExpertTokens; }
+  absl::StatusOr<std::unique_ptr<ExpertTable>> CreateExpertTable(
+      std::span<const ExpertWeights> experts) override;
+  void MoeGroupedExperts(const MoeGroupedArgs& args) override;
+  void MoeCombine(const float* rows, int32_t num_tokens, int32_t top_k, int32_t dim,
+                  const int32_t* token_rows, const float* weights, float* out) override;
 
  private:
   // Scratch for matmul and attention, grown on demand (only while the largest step shape is

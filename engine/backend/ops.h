@@ -8,9 +8,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "engine/backend/kv_format_check.h"
 #include "kernels/common/attention_args.h"
 #include "kernels/common/dtype.h"
@@ -33,6 +35,37 @@ struct LinearWeight {
 
   int64_t out_features() const { return weight.rows; }
   int64_t in_features() const { return weight.cols; }
+};
+
+// One expert of a sparse layer: a SiLU-gated MLP, down(silu(gate(x)) * up(x)).
+struct ExpertWeights {
+  LinearWeight gate;  // [expert_intermediate, hidden]
+  LinearWeight up;    // [expert_intermediate, hidden]
+  LinearWeight down;  // [hidden, expert_intermediate]
+};
+
+// A sparse layer's experts as the backend reaches them from inside its kernels (the slot table of
+// shared/ARCHITECTURE.md §4): made once by Ops::CreateExpertTable, read by MoeGroupedExperts.
+// On CUDA it is device memory holding every expert's weight pointers, so the kernels pick each
+// expert's weights from the routing they find on the device, and a step that uses it needs
+// nothing from the host mid-way: it can be captured and replayed as a graph.
+class ExpertTable {
+ public:
+  virtual ~ExpertTable() = default;
+};
+
+// One call's worth of a sparse layer's routed experts, every expert at once. The rows are the
+// routing's grouped rows (kernels/common/moe_args.h): x holds the layer input of grouped row r
+// (the token grouped_tokens[r]), and the rows of expert e are [expert_offsets[e],
+// expert_offsets[e + 1]), read from wherever MoeRoute wrote them (device memory on CUDA).
+struct MoeGroupedArgs {
+  const ExpertTable* table = nullptr;
+  int32_t num_rows = 0;                  // tokens x top_k: every grouped row
+  const int32_t* expert_offsets = nullptr;  // [num_experts + 1]
+  const float* x = nullptr;              // [num_rows, hidden]
+  float* gate = nullptr;                 // [num_rows, expert_intermediate] scratch
+  float* up = nullptr;                   // [num_rows, expert_intermediate] scratch
+  float* out = nullptr;                  // [num_rows, hidden]: down(silu(gate(x)) * up(x))
 };
 
 // One product of a Linear call: out[r, :] = x[r, :] . weight^T (+ bias).
@@ -142,6 +175,30 @@ class Ops {
   // tokens are distinct. rows: [num_rows, dim]; out: [num_tokens, dim], contiguous.
   virtual void MoeScatterAdd(const float* rows, int32_t num_rows, int32_t dim,
                              const int32_t* tokens, const float* weights, float* out);
+
+  // ---- Grouped experts: a sparse layer's routed experts without the routing on the host ----
+  // A sparse block of at most MaxGroupedExpertTokens() tokens may run as: MoeRoute with
+  // host_expert_offsets null (nothing waits for the device), GatherRows of every grouped row,
+  // MoeGroupedExperts, MoeCombine. A backend without it keeps these defaults (0 tokens).
+
+  // The most tokens one MoeGroupedExperts call serves (0: none).
+  virtual int32_t MaxGroupedExpertTokens() const { return 0; }
+
+  // The table of one sparse layer's experts ([num_experts], in expert order), made at load, never
+  // on the step path. InvalidArgument or Unimplemented where this backend cannot run those
+  // experts grouped (biases, mixed formats, a format without a kernel); the block then routes on
+  // the host as before. The experts' weights must outlive the table.
+  virtual absl::StatusOr<std::unique_ptr<ExpertTable>> CreateExpertTable(
+      std::span<const ExpertWeights> experts);
+
+  // args.out = every grouped row through its expert's MLP (MoeGroupedArgs).
+  virtual void MoeGroupedExperts(const MoeGroupedArgs& args);
+
+  // out[t, :] += weights[r] * rows[r, :] over the top_k grouped rows r = token_rows[t, k] of each
+  // token, in ascending r (ascending expert: the order MoeScatterAdd expert by expert adds them).
+  // rows: [num_tokens * top_k, dim]; out: [num_tokens, dim].
+  virtual void MoeCombine(const float* rows, int32_t num_tokens, int32_t top_k, int32_t dim,
+                          const int32_t* token_rows, const float* weights, float* out);
 };
 
 }  // namespace loom

@@ -23,13 +23,6 @@
 
 namespace loom {
 
-// One expert: a SiLU-gated MLP, down(silu(gate(x)) * up(x)).
-struct ExpertWeights {
-  LinearWeight gate;  // [expert_intermediate, hidden]
-  LinearWeight up;    // [expert_intermediate, hidden]
-  LinearWeight down;  // [hidden, expert_intermediate]
-};
-
 // Whether a device backend's expert cache may compute a missing expert's tokens on the host CPU,
 // where the expert lives, instead of loading it (EngineConfig::expert_host_compute).
 enum class ExpertHostCompute {

@@ -22,9 +22,9 @@ void SharedExpert(Ops& ops, const ModelConfig& c, const MoeLayerWeights& w, int3
 }  // namespace
 
 absl::Status MoeBlock(Backend& backend, Ops& ops, const ModelConfig& c, const MoeLayerWeights& w,
-                      int32_t layer, ExpertProvider& experts, int32_t num_tokens,
-                      const float* normed, const LayerScratch& s, const MoeScratch& m,
-                      int32_t* expert_ids, float* delta) {
+                      int32_t layer, ExpertProvider& experts, const ExpertTable* table,
+                      int32_t num_tokens, const float* normed, const LayerScratch& s,
+                      const MoeScratch& m, int32_t* expert_ids, float* delta) {
   const int32_t num_experts = c.moe.num_experts;
   const int32_t hidden = c.hidden_size;
   const LinearOutput router[] = {{&w.router, m.router_logits, num_experts}};
@@ -39,15 +39,32 @@ absl::Status MoeBlock(Backend& backend, Ops& ops, const ModelConfig& c, const Mo
   route.expert_ids = expert_ids;
   route.expert_weights = m.expert_weights;
   route.expert_offsets = m.expert_offsets;
-  route.host_expert_offsets = m.host_expert_offsets;
+  route.host_expert_offsets = table != nullptr ? nullptr : m.host_expert_offsets;
   route.grouped_tokens = m.grouped_tokens;
   route.grouped_weights = m.grouped_weights;
+  route.token_rows = table != nullptr ? m.token_rows : nullptr;
   ops.MoeRoute(route);
 
   if (c.moe.shared_expert_intermediate_size > 0) {
     SharedExpert(ops, c, w, num_tokens, normed, s, m, delta);
   } else {
     ops.MoeInitOutput(nullptr, nullptr, num_tokens, hidden, delta);
+  }
+  if (table != nullptr) {
+    const int32_t pairs = num_tokens * route.top_k;
+    ops.GatherRows(normed, hidden, m.grouped_tokens, pairs, hidden, m.gathered);
+    MoeGroupedArgs grouped;
+    grouped.table = table;
+    grouped.num_rows = pairs;
+    grouped.expert_offsets = m.expert_offsets;
+    grouped.x = m.gathered;
+    grouped.gate = s.gate;
+    grouped.up = s.up;
+    grouped.out = m.expert_out;
+    ops.MoeGroupedExperts(grouped);
+    ops.MoeCombine(m.expert_out, num_tokens, route.top_k, hidden, m.token_rows,
+                   m.grouped_weights, delta);
+    return absl::OkStatus();
   }
   const int32_t inter = c.moe.expert_intermediate_size;
   const int32_t* offsets = m.host_expert_offsets;

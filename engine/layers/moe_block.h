@@ -17,7 +17,11 @@
 // its grouped position until all are there, and the scatter-adds run in expert order, so the
 // sums are the all-resident run's.
 //
-// The block reads the routing's per-expert row counts on the host (Ops::MoeRoute copies them
+// Given the layer's ExpertTable (all experts resident; the step's tokens times K at most T and
+// its tokens at most Ops::MaxGroupedExpertTokens), the block instead gathers every grouped row,
+// runs all experts in one Ops::MoeGroupedExperts and adds each token's rows in expert order
+// (Ops::MoeCombine): nothing waits for the routing on the host, so the step may be a graph.
+// Otherwise it reads the routing's per-expert row counts on the host (Ops::MoeRoute copies them
 // there). A token's sum has the same terms in the same order whatever else is in the batch, so
 // batching changes only the matmuls' summation order (as for dense layers).
 #pragma once
@@ -42,6 +46,7 @@ struct MoeScratch {
   int32_t* expert_offsets = nullptr;    // [E + 1]
   int32_t* host_expert_offsets = nullptr;  // [E + 1], host memory (Ops::MoeRoute)
   int32_t* grouped_tokens = nullptr;    // [T * K]
+  int32_t* token_rows = nullptr;        // [T * K]
   float* grouped_weights = nullptr;     // [T * K]
   float* gathered = nullptr;            // [T, hidden]
   float* expert_out = nullptr;          // [T, hidden]
@@ -55,10 +60,12 @@ struct MoeScratch {
 // expert_ids ([num_tokens, K], most probable first). scratch.gate and scratch.up hold [num_tokens,
 // max(expert, shared expert intermediate size)]. Fails only when the provider cannot produce an
 // expert. `backend` (whose ops `ops` are) copies rows to and from the host for experts computed
-// there.
+// there. `table` (may be null) is the layer's experts for Ops::MoeGroupedExperts, passed only for
+// steps it serves.
 absl::Status MoeBlock(Backend& backend, Ops& ops, const ModelConfig& config,
                       const MoeLayerWeights& weights, int32_t layer, ExpertProvider& experts,
-                      int32_t num_tokens, const float* normed, const LayerScratch& scratch,
-                      const MoeScratch& moe, int32_t* expert_ids, float* delta);
+                      const ExpertTable* table, int32_t num_tokens, const float* normed,
+                      const LayerScratch& scratch, const MoeScratch& moe, int32_t* expert_ids,
+                      float* delta);
 
 }  // namespace loom

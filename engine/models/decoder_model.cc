@@ -21,13 +21,40 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Create(
   std::unique_ptr<DecoderModel> model(
       new DecoderModel(config, std::move(weights), backend, max_num_tokens, max_logit_rows));
   if (config.is_moe()) {
+    const bool resident = experts == nullptr;
     model->experts_ = experts != nullptr
                           ? std::move(experts)
                           : std::make_unique<ResidentExpertProvider>(model->weights_.experts,
                                                                      config.moe.num_experts);
+    if (resident) model->CreateExpertTables();
   }
   LOOM_RETURN_IF_ERROR(model->Allocate());
   return model;
+}
+
+void DecoderModel::CreateExpertTables() {
+  Ops& ops = backend_.ops();
+  const int32_t num_experts = config_.moe.num_experts;
+  const int32_t top_k = config_.moe.num_experts_per_tok;
+  // The grouped rows (tokens x top_k) live in the buffers sized for max_num_tokens rows.
+  const int32_t tokens = std::min(ops.MaxGroupedExpertTokens(), max_num_tokens_ / top_k);
+  if (tokens <= 0) return;
+  const std::span<const ExpertWeights> all(weights_.experts);
+  std::vector<std::unique_ptr<ExpertTable>> tables(static_cast<size_t>(config_.num_layers));
+  for (int32_t l = 0; l < config_.num_layers; ++l) {
+    if (!config_.IsSparseLayer(l)) continue;
+    const size_t first = static_cast<size_t>(l) * static_cast<size_t>(num_experts);
+    if (all.size() < first + static_cast<size_t>(num_experts)) return;
+    absl::StatusOr<std::unique_ptr<ExpertTable>> table =
+        ops.CreateExpertTable(all.subspan(first, static_cast<size_t>(num_experts)));
+    if (!table.ok()) {
+      LOOM_LOG(kInfo, "experts routed on the host: ", table.status().message());
+      return;
+    }
+    tables[static_cast<size_t>(l)] = *std::move(table);
+  }
+  expert_tables_ = std::move(tables);
+  grouped_expert_tokens_ = tokens;
 }
 
 DecoderModel::DecoderModel(const ModelConfig& config, DecoderWeights weights, Backend& backend,
@@ -65,6 +92,7 @@ absl::Status DecoderModel::Allocate() {
   float* routes = nullptr;
   float* expert_offsets = nullptr;
   float* grouped_tokens = nullptr;
+  float* token_rows = nullptr;
   if (c.is_moe()) {
     MoeScratch& m = moe_scratch_;
     slots.insert(slots.end(),
@@ -73,6 +101,7 @@ absl::Status DecoderModel::Allocate() {
                   {pairs, &m.expert_weights},
                   {experts + 1, &expert_offsets},
                   {pairs, &grouped_tokens},
+                  {pairs, &token_rows},
                   {pairs, &m.grouped_weights},
                   {t * c.hidden_size, &m.gathered},
                   {t * c.hidden_size, &m.expert_out},
@@ -95,6 +124,7 @@ absl::Status DecoderModel::Allocate() {
     moe_scratch_.host_expert_offsets = host_expert_offsets_.data();
   }
   moe_scratch_.grouped_tokens = reinterpret_cast<int32_t*>(grouped_tokens);
+  moe_scratch_.token_rows = reinterpret_cast<int32_t*>(token_rows);
   return absl::OkStatus();
 }
 
@@ -137,8 +167,11 @@ absl::Status DecoderModel::EnqueueForward(const StepBatch& batch, KvPool& kv) {
                    c.rms_norm_eps, normed_);
     if (c.IsSparseLayer(l)) {
       int32_t* routes = routes_ + int64_t{l} * max_num_tokens_ * c.moe.num_experts_per_tok;
-      LOOM_RETURN_IF_ERROR(MoeBlock(backend_, ops, c, w.moe, l, *experts_, tokens, normed_,
-                                    scratch_, moe_scratch_, routes, delta_));
+      const ExpertTable* table =
+          tokens <= grouped_expert_tokens_ ? expert_tables_[static_cast<size_t>(l)].get()
+                                           : nullptr;
+      LOOM_RETURN_IF_ERROR(MoeBlock(backend_, ops, c, w.moe, l, *experts_, table, tokens,
+                                    normed_, scratch_, moe_scratch_, routes, delta_));
     } else {
       MlpBlock(ops, c, w, tokens, normed_, scratch_, delta_);
     }

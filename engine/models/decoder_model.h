@@ -58,6 +58,11 @@ class DecoderModel {
   // layer or a dense model.
   const int32_t* RoutedExperts(int32_t layer) const;
 
+  // Steps of at most this many tokens run every sparse layer's experts grouped, from a table
+  // (Ops::MoeGroupedExperts): they wait for nothing on the host, so a backend with graphs may
+  // capture them. 0 for a dense model, an expert cache, or a backend without grouped experts.
+  int32_t grouped_expert_tokens() const { return grouped_expert_tokens_; }
+
   // Logits of the given hidden rows of the last Forward, in the backend's memory:
   // [rows.size(), vocab]. rows.size() <= max_logit_rows. Valid until the next call.
   const float* Logits(std::span<const int32_t> rows);
@@ -66,6 +71,9 @@ class DecoderModel {
   DecoderModel(const ModelConfig& config, DecoderWeights weights, Backend& backend,
                int32_t max_num_tokens, int32_t max_logit_rows);
   absl::Status Allocate();
+  // Builds the sparse layers' expert tables when every expert is resident and the backend runs
+  // grouped experts; leaves grouped_expert_tokens_ 0 (logged) where it cannot.
+  void CreateExpertTables();
   absl::Status EnqueueForward(const StepBatch& batch, KvPool& kv);
 
   ModelConfig config_;
@@ -83,6 +91,8 @@ class DecoderModel {
   MoeScratch moe_scratch_;
   std::vector<int32_t> host_expert_offsets_;  // moe_scratch_.host_expert_offsets
   int32_t* routes_ = nullptr;  // [num_layers, max_num_tokens, num_experts_per_tok]
+  std::vector<std::unique_ptr<ExpertTable>> expert_tables_;  // per layer; null for dense ones
+  int32_t grouped_expert_tokens_ = 0;
   float* logits_in_ = nullptr;  // [max_logit_rows, hidden]
   float* logits_ = nullptr;     // [max_logit_rows, vocab]
   int32_t num_tokens_ = 0;      // of the last Forward

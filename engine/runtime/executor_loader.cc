@@ -263,15 +263,21 @@ absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(const Engin
   LOOM_RETURN_IF_ERROR(ex->AllocateStepInputs(
       max_tokens, limits.max_num_seqs, blocks_per_seq));
   // A mixture-of-experts step waits for its routing on the host (Ops::MoeRoute) where the
-  // device's memory is not the host's, so it cannot be captured.
-  const bool moe_syncs = model_config.is_moe() && !ex->backend_->host_memory();
+  // device's memory is not the host's, so it cannot be captured, unless its experts run grouped
+  // from the device's expert tables (DecoderModel::grouped_expert_tokens): then decode steps of
+  // up to that many sequences are graphs.
+  const int32_t grouped = ex->model_->grouped_expert_tokens();
+  const bool moe_syncs = model_config.is_moe() && !ex->backend_->host_memory() && grouped == 0;
   if (moe_syncs && config.cuda_graphs) {
     LOOM_LOG(kInfo, "CUDA graphs off: a mixture-of-experts step routes its tokens on the host");
   }
   if (ex->backend_->supports_graphs() && config.cuda_graphs && !moe_syncs) {
     // Powers of two to 8, then every multiple of 8 (a padded row costs little next to a
     // separate graph per size), up to what one step may hold.
-    const int32_t largest = std::min(config.max_num_seqs, max_tokens);
+    int32_t largest = std::min(config.max_num_seqs, max_tokens);
+    if (model_config.is_moe() && !ex->backend_->host_memory()) {
+      largest = std::min(largest, grouped);
+    }
     for (int32_t b = 1; b <= largest; b = b < 8 ? b * 2 : b + 8) {
       ex->graph_batch_sizes_.push_back(b);
     }

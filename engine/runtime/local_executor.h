@@ -54,6 +54,8 @@ class LocalExecutor final : public Executor {
   const KvCapacity& capacity() const override { return capacity_; }
 
   const ModelConfig& model_config() const { return model_->config(); }
+  // DecoderModel::grouped_expert_tokens of the model.
+  int32_t grouped_expert_tokens() const { return model_->grouped_expert_tokens(); }
   int num_threads() const { return host_pool_->num_threads(); }
   // Number of sequences the engine currently holds state for.
   size_t num_sequences() const { return sequences_.size(); }

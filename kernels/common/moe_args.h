@@ -31,6 +31,9 @@ struct MoeRouteArgs {
   int32_t* host_expert_offsets = nullptr;
   int32_t* grouped_tokens = nullptr;  // [num_tokens * top_k] out
   float* grouped_weights = nullptr;   // [num_tokens * top_k] out
+  // [num_tokens, top_k] out when not null: the grouped row of each (token, slot) pair (the inverse
+  // of grouped_tokens, for Ops::MoeCombine).
+  int32_t* token_rows = nullptr;
 };
 
 }  // namespace loom

@@ -22,6 +22,12 @@ void ForRows(ThreadPool& pool, int64_t num_items, int64_t floats_per_item, const
   pool.ParallelFor(num_items, [&](int64_t begin, int64_t end, int) { fn(begin, end); });
 }
 
+// dst += w * src over dim floats: the one weighted add of MoeScatterAdd and MoeCombine.
+inline void AddWeightedRow(float* __restrict dst, const float* __restrict src, float w,
+                           int32_t dim) {
+  for (int32_t i = 0; i < dim; ++i) dst[i] += w * src[i];
+}
+
 }  // namespace
 
 void MoeRoute(ThreadPool& pool, const MoeRouteArgs& a) {
@@ -63,10 +69,20 @@ void MoeScatterAdd(ThreadPool& pool, const float* rows, int32_t num_rows, int32_
                    const int32_t* tokens, const float* weights, float* out) {
   ForRows(pool, num_rows, dim, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      float* __restrict dst = out + int64_t{tokens[r]} * dim;
-      const float* __restrict src = rows + r * dim;
-      const float w = weights[r];
-      for (int32_t i = 0; i < dim; ++i) dst[i] += w * src[i];
+      AddWeightedRow(out + int64_t{tokens[r]} * dim, rows + r * dim, weights[r], dim);
+    }
+  });
+}
+
+void MoeCombine(ThreadPool& pool, const float* rows, int32_t num_tokens, int32_t top_k,
+                int32_t dim, const int32_t* token_rows, const float* weights, float* out) {
+  ForRows(pool, num_tokens, int64_t{dim} * top_k, [&](int64_t begin, int64_t end) {
+    int32_t sorted[kMaxMoeExperts];
+    for (int64_t t = begin; t < end; ++t) {
+      ref::SortedTokenRows(token_rows + t * top_k, top_k, sorted);
+      for (int32_t k = 0; k < top_k; ++k) {
+        AddWeightedRow(out + t * dim, rows + int64_t{sorted[k]} * dim, weights[sorted[k]], dim);
+      }
     }
   });
 }

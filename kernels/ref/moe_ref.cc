@@ -56,6 +56,7 @@ void MoeGroup(const MoeRouteArgs& a) {
     const int32_t row = a.expert_offsets[a.expert_ids[i]]++;
     a.grouped_tokens[row] = static_cast<int32_t>(i / a.top_k);
     a.grouped_weights[row] = a.expert_weights[i];
+    if (a.token_rows != nullptr) a.token_rows[i] = row;
   }
   for (int32_t e = a.num_experts; e > 0; --e) a.expert_offsets[e] = a.expert_offsets[e - 1];
   a.expert_offsets[0] = 0;
@@ -96,6 +97,21 @@ void MoeScatterAdd(const float* rows, int32_t num_rows, int32_t dim, const int32
     float* dst = out + int64_t{tokens[r]} * dim;
     const float* src = rows + int64_t{r} * dim;
     for (int32_t i = 0; i < dim; ++i) dst[i] += weights[r] * src[i];
+  }
+}
+
+void SortedTokenRows(const int32_t* token_rows, int32_t top_k, int32_t* sorted) {
+  std::copy(token_rows, token_rows + top_k, sorted);
+  std::sort(sorted, sorted + top_k);
+}
+
+void MoeCombine(const float* rows, int32_t num_tokens, int32_t top_k, int32_t dim,
+                const int32_t* token_rows, const float* weights, float* out) {
+  int32_t sorted[kMaxMoeExperts];
+  for (int32_t t = 0; t < num_tokens; ++t) {
+    SortedTokenRows(token_rows + int64_t{t} * top_k, top_k, sorted);
+    for (int32_t k = 0; k < top_k; ++k) MoeScatterAdd(rows + int64_t{sorted[k]} * dim, 1, dim,
+                                                      &t, weights + sorted[k], out);
   }
 }
 

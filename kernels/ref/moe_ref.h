@@ -46,4 +46,12 @@ void MoeInitOutput(const float* shared, const float* gate_logits, int32_t num_to
 void MoeScatterAdd(const float* rows, int32_t num_rows, int32_t dim, const int32_t* tokens,
                    const float* weights, float* out);
 
+// The top_k grouped rows of one token (token_rows[0, top_k)) in ascending order, into sorted.
+void SortedTokenRows(const int32_t* token_rows, int32_t top_k, int32_t* sorted);
+
+// out[t, :] += weights[r] * rows[r, :] for each token's grouped rows r = token_rows[t * top_k +
+// k], in ascending r: the sum MoeScatterAdd expert by expert makes, in its order.
+void MoeCombine(const float* rows, int32_t num_tokens, int32_t top_k, int32_t dim,
+                const int32_t* token_rows, const float* weights, float* out);
+
 }  // namespace loom::ref

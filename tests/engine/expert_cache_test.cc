@@ -116,6 +116,10 @@ TEST_P(ExpertCacheTest, OutputsAreIdenticalWhateverTheCacheSizeAndHints) {
   absl::StatusOr<std::unique_ptr<LocalExecutor>> resident = MakeExecutor(GetParam(), 0);
   ASSERT_TRUE(resident.ok()) << resident.status();
   EXPECT_EQ((*resident)->capacity().expert_cache_slots, 0);
+  // All resident, the experts of steps up to this many tokens run grouped from the expert tables
+  // (Ops::MoeGroupedExperts); every cached run below routes on the host, expert by expert. So the
+  // comparisons also check that the two paths of the sparse block make the same floats.
+  EXPECT_EQ((*resident)->grouped_expert_tokens(), CpuOps::kMaxGroupedExpertTokens);
   const Trace want = RunSteps(**resident, prompts, Hints::kNone, 1);
   ASSERT_FALSE(want.tokens.empty());
   EXPECT_EQ(want.counters.slots, 0) << "no cache, no counters";
@@ -167,6 +171,7 @@ TEST_P(ExpertCacheTest, OutputsAreIdenticalWhateverTheCacheSizeAndHints) {
         MakeExecutor(GetParam(), c.slots * slot, c.home, c.host_compute);
     ASSERT_TRUE(cached.ok()) << cached.status() << " " << what;
     EXPECT_EQ((*cached)->capacity().expert_cache_slots, c.slots) << what;
+    EXPECT_EQ((*cached)->grouped_expert_tokens(), 0) << what;
     const Trace got = RunSteps(**cached, prompts, c.hints, 7 + static_cast<uint32_t>(c.slots));
     EXPECT_EQ(got.tokens, want.tokens) << what;
     EXPECT_EQ(got.logprobs, want.logprobs) << what << ": the bytes are the same, so the floats are";

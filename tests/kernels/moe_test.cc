@@ -73,7 +73,7 @@ TEST(MoeRefTest, GroupsPairsByExpertInTokenOrder) {
   // 3 tokens, top-2 of 4 experts.
   std::vector<int32_t> ids = {2, 0, 0, 2, 3, 2};
   std::vector<float> weights = {0.6f, 0.4f, 0.7f, 0.3f, 0.9f, 0.1f};
-  std::vector<int32_t> offsets(5), tokens(6);
+  std::vector<int32_t> offsets(5), tokens(6), token_rows(6, -1);
   std::vector<float> grouped(6);
   MoeRouteArgs args;
   args.num_tokens = 3;
@@ -84,10 +84,60 @@ TEST(MoeRefTest, GroupsPairsByExpertInTokenOrder) {
   args.expert_offsets = offsets.data();
   args.grouped_tokens = tokens.data();
   args.grouped_weights = grouped.data();
+  args.token_rows = token_rows.data();
   ref::MoeGroup(args);
   EXPECT_EQ(offsets, (std::vector<int32_t>{0, 2, 2, 5, 6}));
   EXPECT_EQ(tokens, (std::vector<int32_t>{0, 1, 0, 1, 2, 2}));
   EXPECT_EQ(grouped, (std::vector<float>{0.4f, 0.7f, 0.6f, 0.3f, 0.1f, 0.9f}));
+  // The grouped row of each (token, slot): the inverse of `tokens`.
+  EXPECT_EQ(token_rows, (std::vector<int32_t>{2, 0, 1, 3, 5, 4}));
+}
+
+// MoeCombine adds each token's rows in ascending grouped row (ascending expert), so its sums are
+// the floats that MoeScatterAdd called expert by expert makes; the CPU kernel's too.
+TEST(MoeRefTest, CombineAddsWhatScatterAddAddsExpertByExpert) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  cpu::ThreadPool pool(2);
+  for (int32_t top_k : {1, 2, 3, 8}) {
+    const int32_t num_tokens = 37, num_experts = 16, dim = 129;
+    SCOPED_TRACE(testing::Message() << "k=" << top_k);
+    std::vector<float> logits(size_t(num_tokens) * num_experts);
+    for (float& l : logits) l = normal(rng);
+    const size_t pairs = size_t(num_tokens) * top_k;
+    std::vector<int32_t> ids(pairs), offsets(num_experts + 1), tokens(pairs), rows_of(pairs);
+    std::vector<float> weights(pairs), grouped(pairs);
+    MoeRouteArgs a;
+    a.logits = logits.data();
+    a.logits_stride = num_experts;
+    a.num_tokens = num_tokens;
+    a.num_experts = num_experts;
+    a.top_k = top_k;
+    a.expert_ids = ids.data();
+    a.expert_weights = weights.data();
+    a.expert_offsets = offsets.data();
+    a.grouped_tokens = tokens.data();
+    a.grouped_weights = grouped.data();
+    a.token_rows = rows_of.data();
+    ref::MoeRoute(a);
+    std::vector<float> rows(pairs * dim), start(size_t(num_tokens) * dim);
+    for (float& v : rows) v = normal(rng);
+    for (float& v : start) v = normal(rng);
+    std::vector<float> want = start, ref_got = start, cpu_got = start;
+    for (int32_t e = 0; e < num_experts; ++e) {
+      const int32_t first = offsets[e];
+      cpu::MoeScatterAdd(pool, rows.data() + size_t(first) * dim, offsets[e + 1] - first, dim,
+                         tokens.data() + first, grouped.data() + first, want.data());
+    }
+    ref::MoeCombine(rows.data(), num_tokens, top_k, dim, rows_of.data(), grouped.data(),
+                    ref_got.data());
+    cpu::MoeCombine(pool, rows.data(), num_tokens, top_k, dim, rows_of.data(), grouped.data(),
+                    cpu_got.data());
+    EXPECT_EQ(cpu_got, want);
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_NEAR(ref_got[i], want[i], 1e-6f * (1.0f + std::fabs(want[i]))) << i;
+    }
+  }
 }
 
 TEST(MoeRefTest, InitOutputAndScatterAdd) {
