@@ -8,7 +8,8 @@
 //   loom_engine_bench run --model DIR [--backend cpu|cuda] [--threads 1,2] [--batch 1,8]
 //                         [--prompt-len 128] [--gen-len 32] [--kv-cache-dtype bf16]
 //                         [--max-batched-tokens 2048] [--expert-cache-percent 25]
-//                         [--expert-host-compute auto|never|always] [--out FILE.json]
+//                         [--expert-host-compute auto|never|always]
+//                         [--moe-grouped-experts=false] [--out FILE.json]
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -98,6 +99,8 @@ struct RunSettings {
   // resident), and whether missing experts may be computed on the host (device backends).
   int64_t expert_cache_percent = 0;
   std::string expert_host_compute = "auto";
+  // MoE, all resident: small steps' experts grouped (EngineConfig::moe_grouped_experts).
+  bool moe_grouped_experts = true;
   // The prefill FLOP ceiling the fraction is taken of (TFLOP/s; 0 = not reported).
   double peak_tflops = 0;
 };
@@ -148,6 +151,7 @@ nlohmann::json RunOne(const RunSettings& s, int threads, int batch, double bandw
   config.expert_host_compute = s.expert_host_compute == "always" ? ExpertHostCompute::kAlways
                                : s.expert_host_compute == "never" ? ExpertHostCompute::kNever
                                                                   : ExpertHostCompute::kAuto;
+  config.moe_grouped_experts = s.moe_grouped_experts;
   int32_t expert_slots = 0, routed_experts = 0;
   if (s.expert_cache_percent > 0) {
     // A one-slot engine says how large a slot is; the cache then holds the share asked for.
@@ -276,6 +280,8 @@ int Run(const std::vector<std::string>& args) {
             "MoE: expert cache holding this share of the routed experts (0 = all resident)");
   flags.String("expert-host-compute", &s.expert_host_compute,
                "MoE with an expert cache on cuda: auto, never or always");
+  flags.Bool("moe-grouped-experts", &s.moe_grouped_experts,
+             "MoE, all resident: small steps' experts grouped, routed on the device (graphs)");
   flags.String("out", &s.out, "write the JSON here as well as to stdout");
   std::vector<int32_t> threads, batches;
   absl::Status status = flags.Parse(args);
@@ -319,7 +325,8 @@ int Run(const std::vector<std::string>& args) {
         {"fast_bf16_matmul", s.fast_bf16},
         {"quant_activations", s.quant_activations},
         {"expert_cache_percent", s.expert_cache_percent},
-        {"expert_host_compute", s.expert_host_compute}}}};
+        {"expert_host_compute", s.expert_host_compute},
+        {"moe_grouped_experts", s.moe_grouped_experts}}}};
   nlohmann::json results = nlohmann::json::array();
   if (s.backend == "cuda") {
     const double bandwidth = CudaCopyBandwidthGbps(report);

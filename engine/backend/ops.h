@@ -60,6 +60,7 @@ class ExpertTable {
 // expert_offsets[e + 1]), read from wherever MoeRoute wrote them (device memory on CUDA).
 struct MoeGroupedArgs {
   const ExpertTable* table = nullptr;
+  int32_t num_tokens = 0;                // the step's tokens: the most rows one expert has
   int32_t num_rows = 0;                  // tokens x top_k: every grouped row
   const int32_t* expert_offsets = nullptr;  // [num_experts + 1]
   const float* x = nullptr;              // [num_rows, hidden]

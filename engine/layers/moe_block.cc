@@ -55,6 +55,7 @@ absl::Status MoeBlock(Backend& backend, Ops& ops, const ModelConfig& c, const Mo
     ops.GatherRows(normed, hidden, m.grouped_tokens, pairs, hidden, m.gathered);
     MoeGroupedArgs grouped;
     grouped.table = table;
+    grouped.num_tokens = num_tokens;
     grouped.num_rows = pairs;
     grouped.expert_offsets = m.expert_offsets;
     grouped.x = m.gathered;

@@ -12,7 +12,7 @@ namespace loom {
 
 absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Create(
     const ModelConfig& config, DecoderWeights weights, Backend& backend, int32_t max_num_tokens,
-    int32_t max_logit_rows, std::unique_ptr<ExpertProvider> experts) {
+    int32_t max_logit_rows, std::unique_ptr<ExpertProvider> experts, bool grouped_experts) {
   if (config.is_moe() && !backend.ops().SupportsMoe()) {
     return absl::UnimplementedError(StrCat("the ", backend.name(),
                                            " backend does not run mixture-of-experts models (",
@@ -26,7 +26,7 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Create(
                           ? std::move(experts)
                           : std::make_unique<ResidentExpertProvider>(model->weights_.experts,
                                                                      config.moe.num_experts);
-    if (resident) model->CreateExpertTables();
+    if (resident && grouped_experts) model->CreateExpertTables();
   }
   LOOM_RETURN_IF_ERROR(model->Allocate());
   return model;

@@ -36,10 +36,12 @@ namespace loom {
 class DecoderModel {
  public:
   // `experts` reaches a mixture-of-experts model's routed experts; null keeps them all resident
-  // (ResidentExpertProvider over `weights`).
+  // (ResidentExpertProvider over `weights`), and then `grouped_experts` lets small steps run
+  // them grouped (grouped_expert_tokens).
   static absl::StatusOr<std::unique_ptr<DecoderModel>> Create(
       const ModelConfig& config, DecoderWeights weights, Backend& backend, int32_t max_num_tokens,
-      int32_t max_logit_rows, std::unique_ptr<ExpertProvider> experts = nullptr);
+      int32_t max_logit_rows, std::unique_ptr<ExpertProvider> experts = nullptr,
+      bool grouped_experts = true);
 
   const ModelConfig& config() const { return config_; }
   int32_t max_num_tokens() const { return max_num_tokens_; }

@@ -73,6 +73,11 @@ struct EngineConfig {
   // expert's tokens on the host CPU where it lives instead of loading it: when the cost model
   // measured at start says that is faster (kAuto), never, or always.
   ExpertHostCompute expert_host_compute = ExpertHostCompute::kAuto;
+  // Mixture-of-experts models with every expert resident: run small steps' experts grouped from
+  // per-layer expert tables (DecoderModel::grouped_expert_tokens), routing on the device, so
+  // CUDA decode steps of up to 16 sequences are graphs. Off, every step routes on the host and
+  // runs its experts one by one (what an expert cache always does); for comparisons.
+  bool moe_grouped_experts = true;
   // Read experts with O_DIRECT where the file system allows it (else read, then drop the range
   // from the page cache).
   bool expert_direct_io = true;

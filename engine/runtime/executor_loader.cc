@@ -240,7 +240,7 @@ absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(const Engin
   LOOM_ASSIGN_OR_RETURN(ex->model_,
                         DecoderModel::Create(model_config, std::move(weights), *ex->backend_,
                                              max_tokens, std::min(config.max_logit_rows, max_tokens),
-                                             std::move(experts)));
+                                             std::move(experts), config.moe_grouped_experts));
   ex->rope_ = std::make_unique<RopeTable>(model_config.rope, model_config.head_dim);
   const int32_t blocks_per_seq =
       (ex->info_.max_context_len + config.block_size - 1) / config.block_size;

@@ -26,7 +26,24 @@ struct GemvParams {
   const float* bias;
   float* y;
   int64_t y_stride;
+  // Grouped (DenseGemvGrouped): group blockIdx.y's weights and rows, kDenseGemvMaxRows of them
+  // from row blockIdx.z * kDenseGemvMaxRows of the group; null otherwise.
+  const int32_t* group_offsets = nullptr;
+  const void* const* group_weights = nullptr;
 };
+
+// Points p at the block's group and rows; false when the block has no rows (the whole block).
+__device__ __forceinline__ bool SelectGroup(GemvParams& p) {
+  if (p.group_offsets == nullptr) return true;
+  const int32_t first = p.group_offsets[blockIdx.y] + int32_t(blockIdx.z) * kDenseGemvMaxRows;
+  const int32_t rows = min(p.group_offsets[blockIdx.y + 1] - first, kDenseGemvMaxRows);
+  if (rows <= 0) return false;
+  p.num_rows = rows;
+  p.weight = p.group_weights[blockIdx.y];
+  p.x += int64_t{first} * p.x_stride;
+  p.y += int64_t{first} * p.y_stride;
+  return true;
+}
 
 // acc[f][r] += dot(w[f][0..V), x[r][e..e + V)) for the block's rows r < num_rows.
 template <int V, int F, int R>
@@ -51,6 +68,7 @@ __device__ __forceinline__ void Accumulate(const GemvParams& p, int64_t e, const
 // features per block; R: x rows the block's registers hold (num_rows <= R).
 template <typename W, int V, int F, int R>
 __global__ void __launch_bounds__(kThreads) DenseGemvKernel(GemvParams p) {
+  if (!SelectGroup(p)) return;
   constexpr int U = kLoadsInFlight / F > 1 ? kLoadsInFlight / F : 1;
   const int64_t first = int64_t{blockIdx.x} * F;
   // Features past the end read the last row (valid memory) and are not written.
@@ -107,8 +125,13 @@ __global__ void __launch_bounds__(kThreads) DenseGemvKernel(GemvParams p) {
 }
 
 template <typename W, int V, int F>
-cudaError_t LaunchForRows(const GemvParams& p, cudaStream_t stream) {
+cudaError_t LaunchForRows(const GemvParams& p, cudaStream_t stream, dim3 groups = dim3(1, 1, 1)) {
   const unsigned blocks = static_cast<unsigned>((int64_t{p.out_features} + F - 1) / F);
+  if (p.group_offsets != nullptr) {
+    const dim3 grid(blocks, groups.y, groups.z);
+    DenseGemvKernel<W, V, F, kDenseGemvMaxRows><<<grid, kThreads, 0, stream>>>(p);
+    return cudaGetLastError();
+  }
   if (p.num_rows <= 1) {
     DenseGemvKernel<W, V, F, 1><<<blocks, kThreads, 0, stream>>>(p);
   } else if (p.num_rows <= 2) {
@@ -237,6 +260,35 @@ cudaError_t DenseGemv(const float* x, int64_t x_stride, int32_t num_rows, const 
     if (out_features >= 4096) return LaunchForRows<W, kVec, 4>(p, stream);
     if (out_features >= 1024) return LaunchForRows<W, kVec, 2>(p, stream);
     return LaunchForRows<W, kVec, 1>(p, stream);
+  });
+}
+
+cudaError_t DenseGemvGrouped(const float* x, int64_t x_stride, const int32_t* group_offsets,
+                             int32_t num_groups, int32_t max_group_rows,
+                             const void* const* weights, DType dtype, int32_t out_features,
+                             int32_t in_features, float* y, int64_t y_stride,
+                             cudaStream_t stream) {
+  if (!IsFloatDType(dtype) || num_groups < 0 || num_groups > 65535 || max_group_rows < 0 ||
+      out_features < 0 || in_features < 0 || x_stride < in_features || y_stride < out_features) {
+    return cudaErrorInvalidValue;
+  }
+  if (num_groups == 0 || max_group_rows == 0 || out_features == 0) return cudaSuccess;
+  const int32_t row_chunks = (max_group_rows + kDenseGemvMaxRows - 1) / kDenseGemvMaxRows;
+  if (row_chunks > 65535) return cudaErrorInvalidValue;
+  GemvParams p{x,       x_stride, kDenseGemvMaxRows, nullptr, out_features, in_features,
+               nullptr, y,        y_stride};
+  p.group_offsets = group_offsets;
+  p.group_weights = weights;
+  const dim3 groups(1, static_cast<unsigned>(num_groups), static_cast<unsigned>(row_chunks));
+  return internal::DispatchFloatType(dtype, [&](auto tag) {
+    using W = typename decltype(tag)::type;
+    constexpr int kVec = static_cast<int>(16 / sizeof(W));
+    // The weights' alignment is the caller's promise (they are read on the device).
+    const int vec = internal::PickVecWidth(kVec, {in_features, x_stride}, {{x, sizeof(float)}});
+    if (vec != kVec) return LaunchForRows<W, 1, 1>(p, stream, groups);
+    if (out_features >= 4096) return LaunchForRows<W, kVec, 4>(p, stream, groups);
+    if (out_features >= 1024) return LaunchForRows<W, kVec, 2>(p, stream, groups);
+    return LaunchForRows<W, kVec, 1>(p, stream, groups);
   });
 }
 

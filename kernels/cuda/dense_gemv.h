@@ -54,6 +54,21 @@ cudaError_t DenseGemv(const float* x, int64_t x_stride, int32_t num_rows, const 
                       DType dtype, int32_t out_features, int32_t in_features, const float* bias,
                       float* y, int64_t y_stride, cudaStream_t stream);
 
+// The grouped form (a mixture-of-experts layer's experts in one launch): rows [group_offsets[g],
+// group_offsets[g + 1]) of x and y go through weights[g] ([out_features, in_features] in dtype),
+// for g < num_groups. The offsets and the weight pointers are read on the device, so the launch
+// does not depend on them; at most max_group_rows rows per group are computed (blocks of
+// kDenseGemvMaxRows rows of one group; a block past its group's rows returns at once). The vector
+// loads need every weight 16-byte aligned and in_features a multiple of the vector, which the
+// caller guarantees (CudaOps::CreateExpertTable checks it once), and x as DenseGemv needs it.
+// Returns cudaErrorInvalidValue for a dtype other than f32, bf16 and f16, negative sizes,
+// num_groups above 65535, x_stride < in_features or y_stride < out_features; no bias.
+cudaError_t DenseGemvGrouped(const float* x, int64_t x_stride, const int32_t* group_offsets,
+                             int32_t num_groups, int32_t max_group_rows,
+                             const void* const* weights, DType dtype, int32_t out_features,
+                             int32_t in_features, float* y, int64_t y_stride,
+                             cudaStream_t stream);
+
 // The tensor-core variant, for bf16 and f16 weights: x is rounded to the weights' type (as the
 // cuBLAS path rounds it) and multiplied with mma.m16n8k16, the x rows as the MMA's 8 columns, so
 // each weight element is one operand of an MMA whatever the rows, and x is read once per 16

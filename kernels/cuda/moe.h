@@ -4,9 +4,19 @@
 //   GatherRows:     out[r, :] = x[rows[r], :]
 //   MoeInitOutput:  out[t, :] = sigmoid(gate_logits[t]) * shared[t, :], or 0 without shared
 //   MoeScatterAdd:  out[tokens[r], :] += weights[r] * rows[r, :]   (the tokens distinct)
+//   MoeCombine:     out[t, :] += weights[r] * rows[r, :] over r = token_rows[t, :], ascending r
+//   MoeRoute:       softmax, top-k and grouping by expert (kernels/common/moe_args.h)
 //
-// Routing itself (softmax, top-k, grouping by expert) is not here: the CUDA backend routes on the
-// host with ref::MoeRoute (engine/backend/cuda/cuda_ops.h says why).
+// Routing on the device serves the grouped experts (Ops::MoeGroupedExperts), whose steps must not
+// wait for the host; the expert-by-expert path routes on the host with ref::MoeRoute
+// (engine/backend/cuda/cuda_ops.h says why). The device routing computes the same formula with
+// expf and a warp-order sum (probabilities within a few ulp of ref's), and breaks ties between
+// equal probabilities by the lower expert id where ref follows libstdc++'s selection order. One
+// warp per token: top_k rounds over the token's logits, each taking the best (probability,
+// expert) after the previous pick. The grouping is one block, one thread per expert: its count,
+// a scan, then its rows in token order (a counting sort, as ref::MoeGroup).
+// MoeCombine: one block per token; its top_k rows sorted by one thread, then each element summed
+// over them in ascending row with fmaf, so it equals MoeScatterAdd called expert by expert.
 //
 // Work split: one block per output row (blocks loop over rows past 65536), up to 256 threads
 // walking the row in vectors of 4, 2 or 1 floats. Each output element is written by one thread
@@ -24,7 +34,19 @@
 
 #include <cuda_runtime_api.h>
 
+#include "kernels/common/moe_args.h"
+
 namespace loom::cuda {
+
+// Routes args.num_tokens tokens on the device: writes expert_ids, expert_weights,
+// expert_offsets, grouped_tokens, grouped_weights and (when not null) token_rows; ignores
+// host_expert_offsets. cudaErrorInvalidValue for sizes outside moe_args.h's bounds.
+cudaError_t MoeRoute(const MoeRouteArgs& args, cudaStream_t stream);
+
+// rows: [num_tokens * top_k, dim]; token_rows: [num_tokens, top_k]; out: [num_tokens, dim].
+cudaError_t MoeCombine(const float* rows, int32_t num_tokens, int32_t top_k, int32_t dim,
+                       const int32_t* token_rows, const float* weights, float* out,
+                       cudaStream_t stream);
 
 // x has row stride x_stride (elements); out is [num_rows, dim] contiguous.
 cudaError_t GatherRows(const float* x, int64_t x_stride, const int32_t* rows, int32_t num_rows,

@@ -39,7 +39,24 @@ struct GemvParams {
   const float* bias;
   float* y;
   int64_t y_stride;
+  // Grouped (QuantGemvGrouped): group blockIdx.y's weights and rows, kQuantGemvMaxRows of them
+  // from row blockIdx.z * kQuantGemvMaxRows of the group; null otherwise.
+  const int32_t* group_offsets;
+  const void* const* group_weights;
 };
+
+// Points p at the block's group and rows; false when the block has no rows (the whole block).
+__device__ __forceinline__ bool SelectGroup(GemvParams& p) {
+  if (p.group_offsets == nullptr) return true;
+  const int32_t first = p.group_offsets[blockIdx.y] + int32_t(blockIdx.z) * kQuantGemvMaxRows;
+  const int32_t rows = min(p.group_offsets[blockIdx.y + 1] - first, kQuantGemvMaxRows);
+  if (rows <= 0) return false;
+  p.num_rows = rows;
+  p.weight = static_cast<const uint8_t*>(p.group_weights[blockIdx.y]);
+  p.x += int64_t{first} * p.x_stride;
+  p.y += int64_t{first} * p.y_stride;
+  return true;
+}
 
 __device__ __forceinline__ float WarpSum(float value) {
 #pragma unroll
@@ -51,6 +68,7 @@ __device__ __forceinline__ float WarpSum(float value) {
 
 template <DType F>
 __global__ void __launch_bounds__(kMaxGemvThreads) QuantGemvKernel(GemvParams p) {
+  if (!SelectGroup(p)) return;
   extern __shared__ float4 x_smem[];
   float* xs = reinterpret_cast<float*>(x_smem);
   const int lane = static_cast<int>(threadIdx.x & 31);
@@ -174,6 +192,34 @@ cudaError_t LaunchDequantRows(const void* weight, DType dtype, const int32_t* id
   });
 }
 
+// Queues QuantGemvKernel for num_rows rows (grouped: at most that many per block) over a grid
+// of feature blocks x num_groups x row_chunks (1 x 1 when not grouped).
+cudaError_t LaunchQuantGemv(const float* x, int64_t x_stride, int32_t num_rows, const void* weight,
+                            const int32_t* group_offsets, const void* const* group_weights,
+                            int32_t num_groups, int32_t row_chunks, DType dtype,
+                            int32_t out_features, int32_t in_features, const float* bias, float* y,
+                            int64_t y_stride, cudaStream_t stream) {
+  const int32_t in_groups = in_features / kGroupElems;
+  const size_t group_bytes = size_t(num_rows) * kGroupStride * sizeof(float);
+  const int32_t fitting = static_cast<int32_t>(kMaxStageBytes / group_bytes) / 32 * 32;
+  const int32_t chunk_groups = std::min(fitting, (in_groups + 31) / 32 * 32);
+  const GemvParams p{x, x_stride, num_rows, std::max(chunk_groups, 32),
+                     static_cast<const uint8_t*>(weight), DTypeRowBytes(dtype, in_features),
+                     out_features, in_features, bias, y, y_stride, group_offsets, group_weights};
+  // More warps per block when x is wider: its staging is then shared by more features.
+  const int warps = num_rows > 2 ? kMaxGemvThreads / 32 : kMaxGemvThreads / 64;
+  const int64_t features_per_block = int64_t{warps} * kFeaturesPerWarp;
+  const int64_t blocks = (out_features + features_per_block - 1) / features_per_block;
+  const size_t smem_bytes = size_t(p.chunk_groups) * group_bytes;
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(num_groups),
+                  static_cast<unsigned>(row_chunks));
+  return DispatchQuantFormat(dtype, [&](auto tag) {
+    constexpr DType F = decltype(tag)::value;
+    QuantGemvKernel<F><<<grid, warps * 32, smem_bytes, stream>>>(p);
+    return cudaGetLastError();
+  });
+}
+
 }  // namespace
 
 int32_t QuantWeightAlignment(DType dtype) {
@@ -199,23 +245,26 @@ cudaError_t QuantGemv(const float* x, int64_t x_stride, int32_t num_rows, const 
     return cudaErrorInvalidValue;
   }
   if (num_rows == 0 || out_features == 0) return cudaSuccess;
-  const int32_t num_groups = in_features / kGroupElems;
-  const size_t group_bytes = size_t(num_rows) * kGroupStride * sizeof(float);
-  const int32_t fitting = static_cast<int32_t>(kMaxStageBytes / group_bytes) / 32 * 32;
-  const int32_t chunk_groups = std::min(fitting, (num_groups + 31) / 32 * 32);
-  const GemvParams p{x, x_stride, num_rows, std::max(chunk_groups, 32),
-                     static_cast<const uint8_t*>(weight), DTypeRowBytes(dtype, in_features),
-                     out_features, in_features, bias, y, y_stride};
-  // More warps per block when x is wider: its staging is then shared by more features.
-  const int warps = num_rows > 2 ? kMaxGemvThreads / 32 : kMaxGemvThreads / 64;
-  const int64_t features_per_block = int64_t{warps} * kFeaturesPerWarp;
-  const int64_t blocks = (out_features + features_per_block - 1) / features_per_block;
-  const size_t smem_bytes = size_t(p.chunk_groups) * group_bytes;
-  return DispatchQuantFormat(dtype, [&](auto tag) {
-    constexpr DType F = decltype(tag)::value;
-    QuantGemvKernel<F><<<static_cast<unsigned>(blocks), warps * 32, smem_bytes, stream>>>(p);
-    return cudaGetLastError();
-  });
+  return LaunchQuantGemv(x, x_stride, num_rows, weight, nullptr, nullptr, 1, 1, dtype,
+                         out_features, in_features, bias, y, y_stride, stream);
+}
+
+cudaError_t QuantGemvGrouped(const float* x, int64_t x_stride, const int32_t* group_offsets,
+                             int32_t num_groups, int32_t max_group_rows,
+                             const void* const* weights, DType dtype, int32_t out_features,
+                             int32_t in_features, float* y, int64_t y_stride,
+                             cudaStream_t stream) {
+  if (QuantWeightAlignment(dtype) == 0 || num_groups < 0 || num_groups > 65535 ||
+      max_group_rows < 0 || out_features < 0 || in_features < 0 ||
+      !RowFitsBlocks(dtype, in_features) || x_stride < in_features || y_stride < out_features) {
+    return cudaErrorInvalidValue;
+  }
+  if (num_groups == 0 || max_group_rows == 0 || out_features == 0) return cudaSuccess;
+  const int32_t row_chunks = (max_group_rows + kQuantGemvMaxRows - 1) / kQuantGemvMaxRows;
+  if (row_chunks > 65535) return cudaErrorInvalidValue;
+  return LaunchQuantGemv(x, x_stride, kQuantGemvMaxRows, nullptr, group_offsets, weights,
+                         num_groups, row_chunks, dtype, out_features, in_features, nullptr, y,
+                         y_stride, stream);
 }
 
 cudaError_t DequantizeRows(const void* weight, DType dtype, int64_t first_row, int32_t num_rows,

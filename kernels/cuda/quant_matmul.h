@@ -57,6 +57,19 @@ cudaError_t QuantGemv(const float* x, int64_t x_stride, int32_t num_rows, const 
                       DType dtype, int32_t out_features, int32_t in_features, const float* bias,
                       float* y, int64_t y_stride, cudaStream_t stream);
 
+// The grouped form (a mixture-of-experts layer's experts in one launch): rows [group_offsets[g],
+// group_offsets[g + 1]) of x and y go through weights[g] ([out_features, in_features] in dtype,
+// each aligned as above), for g < num_groups. The offsets and the weight pointers are read on the
+// device, so the launch does not depend on them; at most max_group_rows rows per group are
+// computed (blocks of kQuantGemvMaxRows rows of one group; a block past its group's rows
+// returns at once). Returns cudaErrorInvalidValue as QuantGemv does, for num_groups above 65535,
+// or y_stride < out_features; no bias.
+cudaError_t QuantGemvGrouped(const float* x, int64_t x_stride, const int32_t* group_offsets,
+                             int32_t num_groups, int32_t max_group_rows,
+                             const void* const* weights, DType dtype, int32_t out_features,
+                             int32_t in_features, float* y, int64_t y_stride,
+                             cudaStream_t stream);
+
 // Rows [first_row, first_row + num_rows) of the quantized matrix `weight` ([*, cols] in dtype),
 // dequantized into `out` as out_dtype (kF32 or kBF16), rows contiguous. Returns
 // cudaErrorInvalidValue for a non-quantized dtype, another out_dtype, negative sizes or cols

@@ -109,6 +109,7 @@ struct EngineSetup {
   bool fast_bf16_matmul = false;
   int64_t expert_cache_bytes = 0;
   ExpertHostCompute expert_host_compute = ExpertHostCompute::kAuto;
+  bool moe_grouped_experts = true;
 };
 
 inline std::unique_ptr<LocalExecutor> MakeExecutor(const Golden& g, const EngineSetup& setup) {
@@ -123,6 +124,7 @@ inline std::unique_ptr<LocalExecutor> MakeExecutor(const Golden& g, const Engine
   config.fast_bf16_matmul = setup.fast_bf16_matmul;
   config.expert_cache_bytes = setup.expert_cache_bytes;
   config.expert_host_compute = setup.expert_host_compute;
+  config.moe_grouped_experts = setup.moe_grouped_experts;
   config.num_kv_blocks = 512;
   config.max_num_batched_tokens = 256;
   config.max_num_seqs = 16;

@@ -15,10 +15,11 @@
 // 0.4. A wrong kernel moves logits by whole units. Greedy tokens may flip only where the
 // reference's top-2 margin is that small.
 //
-// Mixture-of-experts checkpoints run every case too: their routing is the CPU's code on the
-// host (engine/backend/cuda/cuda_ops.h), so a token picks the same experts unless the router's
-// logits sit within the rounding of a tie, and their steps run without graphs (so
-// GraphsMatchDirectLaunches compares two direct runs for them).
+// Mixture-of-experts checkpoints run every case too. Steps of up to 16 tokens route on the device
+// and run the experts grouped (CudaOps::MoeGroupedExperts), so their decode steps are graphs;
+// larger steps route on the host with the CPU's code (engine/backend/cuda/cuda_ops.h). Either
+// way a token picks the same experts unless the router's logits sit within the rounding of a
+// tie. CudaMoeTest checks the grouped path against the host-routed one.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -177,7 +178,8 @@ class CudaMoeTest : public ::testing::TestWithParam<std::string> {
 // to the bit; the bound leaves room only for a cuBLAS algorithm chosen differently for another
 // pointer alignment.
 TEST_P(CudaMoeTest, ExpertCacheIsLossless) {
-  auto resident = MakeExecutor(*golden_, Cuda());
+  // The cache always routes on the host: compare it with the resident model doing the same.
+  auto resident = MakeExecutor(*golden_, Cuda({.moe_grouped_experts = false}));
   constexpr ExpertHostCompute kNever = ExpertHostCompute::kNever;
   auto probe =
       MakeExecutor(*golden_, Cuda({.expert_cache_bytes = 1, .expert_host_compute = kNever}));
@@ -200,6 +202,26 @@ TEST_P(CudaMoeTest, ExpertCacheIsLossless) {
     const std::string what = std::to_string(slots) + " slots";
     EXPECT_LE(CompareRuns(want, got, what), 1e-4f) << what;
   }
+}
+
+// The grouped experts (routing on the device, every expert's projection in one launch through the
+// layer's expert table, decode steps replayed as graphs) against the host-routed path of the same
+// resident model: the same tokens, logits within the rounded tolerance (the grouped GEMVs keep
+// every input row in f32 where cuBLAS multiplies bf16-rounded rows), and each within tolerance
+// of transformers.
+TEST_P(CudaMoeTest, GroupedExpertsMatchTheHostRoutedPath) {
+  auto grouped = MakeExecutor(*golden_, Cuda());
+  auto host = MakeExecutor(*golden_, Cuda({.cuda_graphs = false, .moe_grouped_experts = false}));
+  ASSERT_NE(grouped, nullptr);
+  ASSERT_NE(host, nullptr);
+  const DType dtype = grouped->model_info().weight_dtype;
+  const float tolerance = dtype == DType::kF32 ? kF32Tolerance
+                          : IsQuantizedDType(dtype) ? kQuantizedTolerance
+                                                    : kRoundedTolerance;
+  const EngineRun a = RunPrompts(*grouped, *golden_, {});
+  const EngineRun b = RunPrompts(*host, *golden_, {});
+  EXPECT_LE(CompareRuns(a, b, "grouped"), tolerance);
+  ExpectMatchesReference(*golden_, a, tolerance, dtype != DType::kF32);
 }
 
 // Experts computed where they live (ExpertHostCompute::kAlways with one slot: nearly every

@@ -35,6 +35,7 @@
 #   <bench>.json   Google Benchmark's JSON output of each CUDA benchmark
 #   engine-decode.json, engine-prefill.json   loom_engine_bench reports
 #   engine-moe-<residency>-<host compute>.json  the moe stage's loom_engine_bench reports
+#   engine-moe-0-host-routed.json    all resident, without grouped experts (or graphs)
 #   sdpa.json      the PyTorch comparison
 #
 # Environment (all optional):
@@ -225,7 +226,8 @@ run_engine() {
 }
 
 # Per-token latency with the expert cache at several sizes (issue 18's GPU figures): the
-# all-resident run first, then each residency and host-compute setting.
+# all-resident run first (grouped experts and graphs, then routed on the host expert by expert),
+# then each residency and host-compute setting.
 run_moe() {
   local bench="$engine_bench" model="$build_dir/mixtral-mini"
   [[ -x "$bench" ]] || die "$bench missing: run the build stage first"
@@ -233,6 +235,10 @@ run_moe() {
     log "writing a random-weight mixtral-mini checkpoint to $model"
     "$bench" make-model --shape mixtral-mini --dtype bf16 --out "$model" || die "make-model failed"
   fi
+  log "moe: all resident, routed on the host (no grouped experts, no graphs)"
+  "$bench" run --model "$model" --backend cuda --batch 1,8 --prompt-len 128 --gen-len 64 \
+    --repeat 2 --moe-grouped-experts=false --out "$out/engine-moe-0-host-routed.json" ||
+    log "moe host-routed run failed with status $?"
   local setting percent mode
   for setting in 0-never 50-never 50-auto 25-never 25-auto 25-always; do
     percent="${setting%-*}"

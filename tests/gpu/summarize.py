@@ -128,9 +128,11 @@ def markdown(summary):
                          f"{fmt(r.get('prefill_fraction_of_peak'), '.0%')} |")
     moe = [r for r in summary["engine"] if r["file"].startswith("engine-moe-") and "error" not in r]
     if moe:
-        # Per-token latency against the all-resident run of the same batch (engine-moe-0-*).
+        # Per-token latency against the all-resident run of the same batch (engine-moe-0-never:
+        # grouped experts and graphs; engine-moe-0-host-routed is the same model routed on the
+        # host expert by expert, without graphs).
         resident = {r.get("batch"): r.get("decode_step_ms") for r in moe
-                    if r["file"].startswith("engine-moe-0-")}
+                    if r["file"].startswith("engine-moe-0-never")}
         lines += ["", "| expert cache run | batch | decode ms/step | x all-resident | hits | "
                   "misses | on host | GB loaded |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
         for r in moe:

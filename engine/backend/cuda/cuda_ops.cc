@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include <cublas_v2.h>
 
@@ -323,6 +324,10 @@ void CudaOps::MoeRoute(const MoeRouteArgs& args) {
                  args.num_experts == limits_.moe_num_experts &&
                  args.top_k == limits_.moe_top_k && moe_host_ != nullptr,
              "MoeRoute beyond the reserved limits");
+  if (args.host_expert_offsets == nullptr) {
+    LOOM_CUDA_RECORD(cuda::MoeRoute(args, stream_));
+    return;
+  }
   const int32_t e = args.num_experts;
   std::fill(args.host_expert_offsets, args.host_expert_offsets + e + 1, 0);
   if (args.num_tokens == 0) return;
@@ -362,6 +367,142 @@ void CudaOps::MoeRoute(const MoeRouteArgs& args) {
   for (const auto& c : back) {
     LOOM_CUDA_RECORD(cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyHostToDevice, stream_));
   }
+}
+
+namespace {
+
+// One projection of every expert of a layer: the weight pointers in device memory.
+struct ProjectionTable {
+  const void* const* weights = nullptr;  // [num_experts], device memory
+  DType dtype = DType::kBF16;
+  int32_t out_features = 0;
+  int32_t in_features = 0;
+};
+
+class CudaExpertTable final : public ExpertTable {
+ public:
+  ~CudaExpertTable() override { cudaFree(pointers); }
+  void* pointers = nullptr;  // [3, num_experts] device pointers: gate, up, down
+  int32_t num_experts = 0;
+  ProjectionTable gate, up, down;
+};
+
+// The projection `which` of every expert, checked for the grouped GEMVs.
+absl::Status CheckProjection(std::span<const ExpertWeights> experts,
+                             const LinearWeight ExpertWeights::*which, const char* name,
+                             std::vector<const void*>& pointers, ProjectionTable& out) {
+  const WeightView& first = (experts[0].*which).weight;
+  out.dtype = first.dtype;
+  out.out_features = static_cast<int32_t>(first.rows);
+  out.in_features = static_cast<int32_t>(first.cols);
+  const bool quantized = IsQuantizedDType(first.dtype);
+  if (!quantized && !IsFloatDType(first.dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no grouped GEMV for ", name, " weights of dtype ",
+                     std::string(DTypeName(first.dtype))));
+  }
+  const int64_t alignment = quantized ? cuda::QuantWeightAlignment(first.dtype) : 16;
+  const int64_t vector = quantized ? 1 : 16 / DTypeSize(first.dtype);
+  if (first.cols % vector != 0 || (quantized && !RowFitsBlocks(first.dtype, first.cols)) ||
+      first.rows > INT32_MAX || first.cols > INT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat("expert ", name, " rows of ", first.cols,
+                                                   " elements do not fit the grouped GEMV"));
+  }
+  for (size_t e = 0; e < experts.size(); ++e) {
+    const LinearWeight& w = experts[e].*which;
+    if (w.bias != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("expert ", e, " has a ", name, " bias"));
+    }
+    if (w.weight.data == nullptr || w.weight.dtype != first.dtype ||
+        w.weight.rows != first.rows || w.weight.cols != first.cols ||
+        reinterpret_cast<uintptr_t>(w.weight.data) % static_cast<uintptr_t>(alignment) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("expert ", e, "'s ", name, " weights differ in format, shape or alignment "
+                       "from expert 0's"));
+    }
+    pointers.push_back(w.weight.data);
+  }
+  return absl::OkStatus();
+}
+
+// y = x . W_g^T for each expert g's rows, through the table.
+cudaError_t GroupedGemv(const float* x, int64_t x_stride, const int32_t* offsets,
+                        int32_t num_experts, int32_t max_rows, const ProjectionTable& t, float* y,
+                        int64_t y_stride, cudaStream_t stream) {
+  return IsQuantizedDType(t.dtype)
+             ? cuda::QuantGemvGrouped(x, x_stride, offsets, num_experts, max_rows, t.weights,
+                                      t.dtype, t.out_features, t.in_features, y, y_stride, stream)
+             : cuda::DenseGemvGrouped(x, x_stride, offsets, num_experts, max_rows, t.weights,
+                                      t.dtype, t.out_features, t.in_features, y, y_stride, stream);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ExpertTable>> CudaOps::CreateExpertTable(
+    std::span<const ExpertWeights> experts) {
+  if (experts.empty() || experts.size() > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a grouped expert table of ", experts.size(), " experts"));
+  }
+  auto table = std::make_unique<CudaExpertTable>();
+  table->num_experts = static_cast<int32_t>(experts.size());
+  std::vector<const void*> pointers;
+  pointers.reserve(3 * experts.size());
+  if (absl::Status s = CheckProjection(experts, &ExpertWeights::gate, "gate", pointers,
+                                       table->gate);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckProjection(experts, &ExpertWeights::up, "up", pointers, table->up);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckProjection(experts, &ExpertWeights::down, "down", pointers,
+                                       table->down);
+      !s.ok()) {
+    return s;
+  }
+  const int32_t inter = table->gate.out_features;
+  const int32_t hidden = table->gate.in_features;
+  if (table->up.out_features != inter || table->up.in_features != hidden ||
+      table->down.out_features != hidden || table->down.in_features != inter ||
+      hidden % 4 != 0 || inter % 4 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expert shapes (hidden ", hidden, ", intermediate ", inter, ") do not fit the grouped "
+        "GEMV (consistent gate, up and down; sizes multiples of 4)"));
+  }
+  const size_t bytes = pointers.size() * sizeof(void*);
+  LOOM_CUDA_RETURN_IF_ERROR(cudaMalloc(&table->pointers, bytes));
+  LOOM_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(table->pointers, pointers.data(), bytes, cudaMemcpyHostToDevice));
+  const auto* device = static_cast<const void* const*>(table->pointers);
+  table->gate.weights = device;
+  table->up.weights = device + experts.size();
+  table->down.weights = device + 2 * experts.size();
+  return table;
+}
+
+void CudaOps::MoeGroupedExperts(const MoeGroupedArgs& a) {
+  const auto& t = *static_cast<const CudaExpertTable*>(a.table);
+  LOOM_CHECK(a.num_rows <= limits_.max_num_tokens && a.num_tokens <= kMaxGroupedExpertTokens,
+             "grouped experts beyond the reserved limits");
+  if (a.num_rows == 0) return;
+  const int32_t inter = t.gate.out_features;
+  const int32_t hidden = t.gate.in_features;
+  LOOM_CUDA_RECORD(GroupedGemv(a.x, hidden, a.expert_offsets, t.num_experts, a.num_tokens, t.gate,
+                               a.gate, inter, stream_));
+  LOOM_CUDA_RECORD(GroupedGemv(a.x, hidden, a.expert_offsets, t.num_experts, a.num_tokens, t.up,
+                               a.up, inter, stream_));
+  LOOM_CUDA_RECORD(
+      cuda::SiluMul(a.gate, inter, a.up, inter, a.num_rows, inter, a.gate, inter, stream_));
+  LOOM_CUDA_RECORD(GroupedGemv(a.gate, inter, a.expert_offsets, t.num_experts, a.num_tokens,
+                               t.down, a.out, hidden, stream_));
+}
+
+void CudaOps::MoeCombine(const float* rows, int32_t num_tokens, int32_t top_k, int32_t dim,
+                         const int32_t* token_rows, const float* weights, float* out) {
+  LOOM_CUDA_RECORD(
+      cuda::MoeCombine(rows, num_tokens, top_k, dim, token_rows, weights, out, stream_));
 }
 
 void CudaOps::GatherRows(const float* x, int64_t x_stride, const int32_t* rows,

@@ -16,13 +16,18 @@
 // quantized embedding table is dequantized row by row (exactly, as ref::DequantizeRow). A
 // weight dtype without a kernel is recorded as InvalidArgument, never computed.
 //
-// Mixture-of-experts. The router's logits are copied to the host and routed there with the
-// reference's code (ref::MoeRoute: the CPU backend's arithmetic, ties broken as torch.topk
-// breaks them), and the routing is copied back; the block needs the per-expert row counts on the
-// host anyway, to size each expert's matmuls. So MoeRoute waits for the stream once
-// per sparse layer, and MoE steps run without graphs. The copies are small (a decode step of 8
-// experts, top 2: 32 bytes of logits per token). Gather, init and scatter-add are
-// kernels/cuda/moe.h; the experts' matmuls are Linear calls like any other.
+// Mixture-of-experts. Steps of up to kMaxGroupedExpertTokens tokens whose experts are all
+// resident run them grouped: the routing is computed on the device (cuda::MoeRoute), each
+// projection of every expert is one grouped GEMV launch that finds the experts' weights through
+// the layer's ExpertTable (device memory: the slot table) and their rows through the routing's
+// offsets, and MoeCombine adds each token's rows. Nothing waits for the host, so such decode
+// steps are CUDA graphs. Larger steps, and every step of a model behind an expert cache, copy the
+// router's logits to the host and route there with the reference's code (ref::MoeRoute: the CPU
+// backend's arithmetic, ties broken as torch.topk breaks them), and the routing is copied back;
+// the block then sizes each expert's matmuls from the per-expert row counts. So MoeRoute waits
+// for the stream once per sparse layer, and those steps run without graphs. The copies are small
+// (a decode step of 8 experts, top 2: 32 bytes of logits per token). Gather, init, scatter-add
+// and combine are kernels/cuda/moe.h; the experts' matmuls are Linear calls like any other.
 //
 // Errors. Ops return nothing: the first failure of a launch or a cuBLAS call is kept (with its
 // call site) and reported by TakeError, which the backend's Synchronize calls. Sizes beyond the
@@ -99,8 +104,9 @@ class CudaOps final : public Ops {
   void PagedAttention(const PagedAttentionArgs& args) override;
 
   bool SupportsMoe() const override { return true; }
-  // Waits for the stream (the logits), routes on the host, queues the copies back. After a
-  // failure the host offsets are all 0 (no expert runs) and the error is recorded.
+  // With args.host_expert_offsets: waits for the stream (the logits), routes on the host, queues
+  // the copies back; after a failure the host offsets are all 0 (no expert runs) and the error is
+  // recorded. Without (the grouped experts' steps): routes on the device (cuda::MoeRoute).
   void MoeRoute(const MoeRouteArgs& args) override;
   void GatherRows(const float* x, int64_t x_stride, const int32_t* rows, int32_t num_rows,
                   int32_t dim, float* out) override;
@@ -108,6 +114,23 @@ class CudaOps final : public Ops {
                      int32_t dim, float* out) override;
   void MoeScatterAdd(const float* rows, int32_t num_rows, int32_t dim, const int32_t* tokens,
                      const float* weights, float* out) override;
+
+  // Grouped experts: each projection of every expert in one launch of the grouped GEMV
+  // (cuda::DenseGemvGrouped, cuda::QuantGemvGrouped), which reads the routing's offsets and the
+  // table's weight pointers on the device. One block serves up to 8 rows of one expert, so an
+  // expert with more rows reads its weights once per 8; up to 16 tokens (16 rows per expert at
+  // most) that costs little next to what the graph of the step saves, and larger steps route on
+  // the host and multiply with cuBLAS.
+  static constexpr int32_t kMaxGroupedExpertTokens = 16;
+  int32_t MaxGroupedExpertTokens() const override { return kMaxGroupedExpertTokens; }
+  // Refuses (InvalidArgument) experts with biases, projections whose format differs between
+  // experts or has no GEMV kernel, misaligned weights, or a hidden or intermediate size that is
+  // not a multiple of 4. Copies the weight pointers to device memory (synchronously: at load).
+  absl::StatusOr<std::unique_ptr<ExpertTable>> CreateExpertTable(
+      std::span<const ExpertWeights> experts) override;
+  void MoeGroupedExperts(const MoeGroupedArgs& args) override;
+  void MoeCombine(const float* rows, int32_t num_tokens, int32_t top_k, int32_t dim,
+                  const int32_t* token_rows, const float* weights, float* out) override;
 
   // Keeps `status` when it is the first failure since the last TakeError.
   void Record(absl::Status status);
