@@ -29,6 +29,7 @@
 #include "kernels/cuda/quant_matmul.h"
 #include "kernels/ref/moe_ref.h"
 #include "kernels/ref/quant_ref.h"
+#include "tests/kernels/moe_routing.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace loom {
@@ -140,32 +141,14 @@ TEST_F(CudaMoeOpsTest, ScatterAddMatchesReference) {
   CheckScatter(70001, 4, 0, rng);
 }
 
-// Host and device routing of the same logits; the device's routing is returned in `got`.
-struct Routing {
-  std::vector<int32_t> ids, offsets, tokens, token_rows;
-  std::vector<float> weights, grouped;
-};
+using moe_test::HostRouting;
+using moe_test::RouteArgs;
 
-Routing RouteOnHost(const std::vector<float>& logits, int32_t num_tokens, int32_t num_experts,
-                    int32_t top_k, bool renormalize) {
-  const size_t pairs = size_t(num_tokens) * top_k;
-  Routing r{std::vector<int32_t>(pairs), std::vector<int32_t>(num_experts + 1),
-            std::vector<int32_t>(pairs), std::vector<int32_t>(pairs), std::vector<float>(pairs),
-            std::vector<float>(pairs)};
-  MoeRouteArgs a;
-  a.logits = logits.data();
-  a.logits_stride = num_experts;
-  a.num_tokens = num_tokens;
-  a.num_experts = num_experts;
-  a.top_k = top_k;
-  a.renormalize = renormalize;
-  a.expert_ids = r.ids.data();
-  a.expert_weights = r.weights.data();
-  a.expert_offsets = r.offsets.data();
-  a.grouped_tokens = r.tokens.data();
-  a.grouped_weights = r.grouped.data();
-  a.token_rows = r.token_rows.data();
-  ref::MoeRoute(a);
+HostRouting RouteOnHost(const std::vector<float>& logits, int32_t num_tokens,
+                        int32_t num_experts, int32_t top_k, bool renormalize) {
+  HostRouting r(num_tokens, num_experts, top_k);
+  ref::MoeRoute(RouteArgs(logits.data(), num_tokens, num_experts, top_k, renormalize,
+                          r.buffers()));
   return r;
 }
 
@@ -178,7 +161,7 @@ TEST_F(CudaMoeOpsTest, RoutingOnTheDeviceMatchesReference) {
           SCOPED_TRACE(testing::Message() << "E=" << num_experts << " k=" << top_k << " T="
                                           << num_tokens << " renorm=" << renormalize);
           const auto logits = RandomFloats(size_t(num_tokens) * num_experts, rng, 3.0f);
-          const Routing want = RouteOnHost(logits, num_tokens, num_experts, top_k, renormalize);
+          const HostRouting want = RouteOnHost(logits, num_tokens, num_experts, top_k, renormalize);
           const size_t pairs = size_t(num_tokens) * top_k;
           DeviceArray<float> d_logits(logits);
           DeviceArray<int32_t> d_ids(std::vector<int32_t>(pairs, -1));
@@ -187,20 +170,13 @@ TEST_F(CudaMoeOpsTest, RoutingOnTheDeviceMatchesReference) {
           DeviceArray<int32_t> d_tokens(std::vector<int32_t>(pairs, -1));
           DeviceArray<float> d_grouped(std::vector<float>(pairs, -1.0f));
           DeviceArray<int32_t> d_rows(std::vector<int32_t>(pairs, -1));
-          MoeRouteArgs a;
-          a.logits = d_logits.get();
-          a.logits_stride = num_experts;
-          a.num_tokens = num_tokens;
-          a.num_experts = num_experts;
-          a.top_k = top_k;
-          a.renormalize = renormalize;
-          a.expert_ids = d_ids.get();
-          a.expert_weights = d_weights.get();
-          a.expert_offsets = d_offsets.get();
-          a.grouped_tokens = d_tokens.get();
-          a.grouped_weights = d_grouped.get();
-          a.token_rows = d_rows.get();
-          ASSERT_EQ(cuda::MoeRoute(a, nullptr), cudaSuccess);
+          const moe_test::RouteBuffers on_device = {d_ids.get(),    d_weights.get(),
+                                                   d_offsets.get(), d_tokens.get(),
+                                                   d_grouped.get(), d_rows.get()};
+          ASSERT_EQ(cuda::MoeRoute(RouteArgs(d_logits.get(), num_tokens, num_experts, top_k,
+                                             renormalize, on_device),
+                                   nullptr),
+                    cudaSuccess);
           EXPECT_EQ(d_ids.ToHost(), want.ids);
           EXPECT_EQ(d_offsets.ToHost(), want.offsets);
           EXPECT_EQ(d_tokens.ToHost(), want.tokens);
@@ -219,7 +195,7 @@ TEST_F(CudaMoeOpsTest, CombineAddsWhatScatterAddAddsExpertByExpert) {
     for (int32_t top_k : {1, 2, 8}) {
       const int32_t num_tokens = 37, num_experts = 16;
       SCOPED_TRACE(testing::Message() << "dim=" << dim << " k=" << top_k);
-      const Routing r = RouteOnHost(RandomFloats(size_t(num_tokens) * num_experts, rng),
+      const HostRouting r = RouteOnHost(RandomFloats(size_t(num_tokens) * num_experts, rng),
                                     num_tokens, num_experts, top_k, true);
       const size_t pairs = size_t(num_tokens) * top_k;
       const auto rows = RandomFloats(pairs * dim, rng, 2.0f);

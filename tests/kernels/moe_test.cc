@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/moe.h"
 #include "kernels/ref/moe_ref.h"
+#include "tests/kernels/moe_routing.h"
 
 namespace loom {
 namespace {
@@ -105,21 +106,13 @@ TEST(MoeRefTest, CombineAddsWhatScatterAddAddsExpertByExpert) {
     std::vector<float> logits(size_t(num_tokens) * num_experts);
     for (float& l : logits) l = normal(rng);
     const size_t pairs = size_t(num_tokens) * top_k;
-    std::vector<int32_t> ids(pairs), offsets(num_experts + 1), tokens(pairs), rows_of(pairs);
-    std::vector<float> weights(pairs), grouped(pairs);
-    MoeRouteArgs a;
-    a.logits = logits.data();
-    a.logits_stride = num_experts;
-    a.num_tokens = num_tokens;
-    a.num_experts = num_experts;
-    a.top_k = top_k;
-    a.expert_ids = ids.data();
-    a.expert_weights = weights.data();
-    a.expert_offsets = offsets.data();
-    a.grouped_tokens = tokens.data();
-    a.grouped_weights = grouped.data();
-    a.token_rows = rows_of.data();
-    ref::MoeRoute(a);
+    moe_test::HostRouting route(num_tokens, num_experts, top_k);
+    ref::MoeRoute(
+        moe_test::RouteArgs(logits.data(), num_tokens, num_experts, top_k, false, route.buffers()));
+    const std::vector<int32_t>& offsets = route.offsets;
+    const std::vector<int32_t>& tokens = route.tokens;
+    const std::vector<int32_t>& rows_of = route.token_rows;
+    const std::vector<float>& grouped = route.grouped;
     std::vector<float> rows(pairs * dim), start(size_t(num_tokens) * dim);
     for (float& v : rows) v = normal(rng);
     for (float& v : start) v = normal(rng);
