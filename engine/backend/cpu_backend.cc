@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "engine/common/logging.h"
 #include "engine/common/strings.h"
@@ -121,8 +122,9 @@ namespace {
 // On the CPU the table is the experts themselves: the host reads the routing directly.
 class CpuExpertTable final : public ExpertTable {
  public:
-  explicit CpuExpertTable(std::span<const ExpertWeights> experts) : experts(experts) {}
-  std::span<const ExpertWeights> experts;
+  explicit CpuExpertTable(std::span<const ExpertWeights> experts)
+      : experts(experts.begin(), experts.end()) {}
+  std::vector<ExpertWeights> experts;
 };
 
 }  // namespace
@@ -133,6 +135,13 @@ absl::StatusOr<std::unique_ptr<ExpertTable>> CpuOps::CreateExpertTable(
     return absl::InvalidArgumentError(StrCat("an expert table of ", experts.size(), " experts"));
   }
   return std::make_unique<CpuExpertTable>(experts);
+}
+
+void CpuOps::UpdateExpertTable(ExpertTable& table, std::span<const ExpertWeights> experts) {
+  auto& entries = static_cast<CpuExpertTable&>(table).experts;
+  LOOM_CHECK(entries.size() == experts.size(), "an expert table of ", entries.size(),
+             " experts updated with ", experts.size());
+  std::copy(experts.begin(), experts.end(), entries.begin());
 }
 
 void CpuOps::MoeGroupedExperts(const MoeGroupedArgs& a) {

@@ -56,6 +56,7 @@ class CpuOps final : public Ops {
   int32_t MaxGroupedExpertTokens() const override { return kMaxGroupedExpertTokens; }
   absl::StatusOr<std::unique_ptr<ExpertTable>> CreateExpertTable(
       std::span<const ExpertWeights> experts) override;
+  void UpdateExpertTable(ExpertTable& table, std::span<const ExpertWeights> experts) override;
   void MoeGroupedExperts(const MoeGroupedArgs& args) override;
   void MoeCombine(const float* rows, int32_t num_tokens, int32_t top_k, int32_t dim,
                   const int32_t* token_rows, const float* weights, float* out) override;

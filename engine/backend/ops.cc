@@ -28,6 +28,10 @@ absl::StatusOr<std::unique_ptr<ExpertTable>> Ops::CreateExpertTable(
   return absl::UnimplementedError("this backend runs no grouped experts");
 }
 
+void Ops::UpdateExpertTable(ExpertTable&, std::span<const ExpertWeights>) {
+  LOOM_CHECK(false, "UpdateExpertTable on a backend without grouped experts");
+}
+
 void Ops::MoeGroupedExperts(const MoeGroupedArgs&) {
   LOOM_CHECK(false, "MoeGroupedExperts on a backend without grouped experts");
 }

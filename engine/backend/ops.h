@@ -192,6 +192,12 @@ class Ops {
   virtual absl::StatusOr<std::unique_ptr<ExpertTable>> CreateExpertTable(
       std::span<const ExpertWeights> experts);
 
+  // Points `table` at other weights of the same experts (same formats and shapes: an expert
+  // cache's slots, or the experts' homes), for the ops queued after this call; on CUDA the new
+  // pointers are copied in stream order. The caller changes a table only once the steps queued
+  // with its previous contents no longer need those weights kept where they were.
+  virtual void UpdateExpertTable(ExpertTable& table, std::span<const ExpertWeights> experts);
+
   // args.out = every grouped row through its expert's MLP (MoeGroupedArgs).
   virtual void MoeGroupedExperts(const MoeGroupedArgs& args);
 

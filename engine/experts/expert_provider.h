@@ -65,6 +65,23 @@ class ExpertProvider {
   // The step's forward pass is over (or failed): what Get returned may now go away.
   virtual void EndStep() {}
 
+  // Grouped experts behind a cache (Ops::MoeGroupedExperts). A provider that keeps a table per
+  // sparse layer returns it here (null: the layer's steps go expert by expert through Get). Before
+  // a step that uses the tables, and outside any graph, BeginGroupedStep points each at this
+  // step's experts: a resident expert's slot (pinned until EndStep), else its home, which the
+  // kernels then read in place. After the forward pass, before EndStep, GroupedRouting reports
+  // the experts each sparse layer routed its tokens to ([tokens, top_k], host memory): the
+  // provider counts them and loads the ones read at home, for the steps to come.
+  virtual const ExpertTable* GroupedTable(int32_t layer) const {
+    (void)layer;
+    return nullptr;
+  }
+  virtual absl::Status BeginGroupedStep() { return absl::OkStatus(); }
+  virtual void GroupedRouting(int32_t layer, std::span<const int32_t> expert_ids) {
+    (void)layer;
+    (void)expert_ids;
+  }
+
   // Computing where the expert lives. Called before WillUse for each expert the layer's tokens
   // were routed to: true when `rows` tokens of the expert are better computed on the host CPU,
   // where its weights live, than brought into the backend's memory (an expert cache whose slow

@@ -290,7 +290,7 @@ absl::StatusOr<ExpertBytes> ExpertStore::Acquire(ExpertKey key) {
   }
 }
 
-void ExpertStore::Preload(ExpertKey key) {
+void ExpertStore::Preload(ExpertKey key, bool miss_counted) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = entries_.find(key);
@@ -299,11 +299,38 @@ void ExpertStore::Preload(ExpertKey key) {
     if (e.state != State::kHome && !(e.state == State::kQueued && !e.demanded)) return;
     e.state = State::kQueued;
     e.demanded = true;
-    e.preloaded = true;
+    e.preloaded = !miss_counted;
     e.error = absl::OkStatus();
     demand_.push_back(key);
   }
   cv_.notify_all();
+}
+
+std::optional<ExpertBytes> ExpertStore::PinIfResident(ExpertKey key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end() || it->second.state != State::kResident) return std::nullopt;
+  Entry& e = it->second;
+  ++e.pins;
+  return ExpertBytes{slots_ + int64_t{e.slot} * slot_bytes_, e.part_offsets};
+}
+
+void ExpertStore::CountUse(ExpertKey key, bool from_slot) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return;
+  Entry& e = it->second;
+  if (!from_slot) {
+    ++stats_.computed_at_home;
+    return;
+  }
+  ++stats_.hits;
+  e.preloaded = false;
+  if (e.from_prefetch) {
+    ++stats_.prefetches_used;
+    e.from_prefetch = false;
+  }
+  e.last_use = ++clock_;
 }
 
 void ExpertStore::Release(ExpertKey key) {

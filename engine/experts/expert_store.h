@@ -36,6 +36,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -141,8 +142,17 @@ class ExpertStore {
   // Starts loading `key` at on-demand priority without pinning it, ahead of an Acquire the caller
   // is about to make (e.g. the next expert of a layer while the current one computes). That
   // Acquire counts a miss (the cache did not hold the expert when the step needed it) but waits
-  // less. Resident, loading or unknown keys are left alone.
-  void Preload(ExpertKey key);
+  // less; with `miss_counted` the caller has counted it already (CountUse), and the Acquire
+  // counts as usual. Resident, loading or unknown keys are left alone.
+  void Preload(ExpertKey key, bool miss_counted = false);
+
+  // For steps that read a missing expert where it lives instead of waiting for it (grouped
+  // experts behind a cache): pins `key` when it is resident now and returns its bytes (valid
+  // until the matching Release); nullopt, loading nothing and counting nothing, otherwise.
+  std::optional<ExpertBytes> PinIfResident(ExpertKey key);
+  // Counts one use of `key` by such a step: a hit when it was read from its slot (a prefetch that
+  // brought it is then used), else one expert computed at home.
+  void CountUse(ExpertKey key, bool from_slot);
 
   // Replaces the queue of prefetches not yet started with `keys` (most urgent first); keys
   // already resident or loading, and unknown keys, are skipped. A prefetch takes a free slot or

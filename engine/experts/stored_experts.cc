@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <optional>
 
 #include "engine/common/logging.h"
 #include "engine/common/status.h"
@@ -158,7 +159,84 @@ absl::StatusOr<std::unique_ptr<StoredExpertProvider>> StoredExpertProvider::Crea
   if (host.ops != nullptr && host.mode != ExpertHostCompute::kNever) {
     LOOM_RETURN_IF_ERROR(provider->SetUpHostCompute(backend, host));
   }
+  if (host.mode != ExpertHostCompute::kNever && host.grouped_tables) {
+    LOOM_RETURN_IF_ERROR(provider->SetUpGroupedTables(backend));
+  }
   return provider;
+}
+
+absl::Status StoredExpertProvider::SetUpGroupedTables(Backend& backend) {
+  Ops& ops = backend.ops();
+  if (ops.MaxGroupedExpertTokens() <= 0) return absl::OkStatus();
+  const size_t n = static_cast<size_t>(num_experts_);
+  std::vector<std::unique_ptr<ExpertTable>> tables(host_weights_.size() / n);
+  for (size_t l = 0; l < tables.size(); ++l) {
+    const std::span<const ExpertWeights> layer(host_weights_.data() + l * n, n);
+    if (layer[0].gate.weight.data == nullptr) continue;  // a dense layer
+    absl::StatusOr<std::unique_ptr<ExpertTable>> table = ops.CreateExpertTable(layer);
+    if (!table.ok()) {
+      LOOM_LOG(kInfo, "expert cache: experts routed on the host (", table.status().message(),
+               ")");
+      return absl::OkStatus();
+    }
+    tables[l] = *std::move(table);
+  }
+  grouped_ops_ = &ops;
+  tables_ = std::move(tables);
+  from_slot_.assign(host_weights_.size(), 0);
+  read_at_home_.assign(host_weights_.size(), 0);
+  return absl::OkStatus();
+}
+
+const ExpertTable* StoredExpertProvider::GroupedTable(int32_t layer) const {
+  if (layer < 0 || static_cast<size_t>(layer) >= tables_.size()) return nullptr;
+  return tables_[static_cast<size_t>(layer)].get();
+}
+
+absl::Status StoredExpertProvider::BeginGroupedStep() {
+  if (grouped_ops_ == nullptr) {
+    return absl::FailedPreconditionError("this expert cache keeps no grouped tables");
+  }
+  const size_t n = static_cast<size_t>(num_experts_);
+  std::vector<ExpertWeights> layer(n);
+  for (size_t l = 0; l < tables_.size(); ++l) {
+    if (tables_[l] == nullptr) continue;
+    for (size_t e = 0; e < n; ++e) {
+      const size_t index = l * n + e;
+      const ExpertKey key{static_cast<int32_t>(l), static_cast<int32_t>(e)};
+      std::optional<ExpertBytes> bytes = store_->PinIfResident(key);
+      from_slot_[index] = bytes.has_value();
+      if (!bytes.has_value()) {
+        layer[e] = host_weights_[index];
+        continue;
+      }
+      pinned_.push_back(key);
+      layer[e] = shapes_[index];
+      layer[e].gate.weight.data = bytes->data + bytes->part_offsets[0];
+      layer[e].up.weight.data = bytes->data + bytes->part_offsets[1];
+      layer[e].down.weight.data = bytes->data + bytes->part_offsets[2];
+    }
+    grouped_ops_->UpdateExpertTable(*tables_[l], layer);
+  }
+  return absl::OkStatus();
+}
+
+void StoredExpertProvider::GroupedRouting(int32_t layer, std::span<const int32_t> expert_ids) {
+  if (GroupedTable(layer) == nullptr) return;
+  for (const int32_t expert : expert_ids) {
+    if (expert < 0 || expert >= num_experts_) continue;
+    const size_t index = static_cast<size_t>(Index(layer, expert));
+    if (read_at_home_[index] == 1 || from_slot_[index] == 2) continue;  // counted this step
+    const ExpertKey key{layer, expert};
+    if (from_slot_[index] == 1) {
+      from_slot_[index] = 2;
+      store_->CountUse(key, /*from_slot=*/true);
+    } else {
+      read_at_home_[index] = 1;
+      store_->CountUse(key, /*from_slot=*/false);
+      to_load_.push_back(key);
+    }
+  }
 }
 
 absl::Status StoredExpertProvider::SetUpHostCompute(Backend& backend,
@@ -339,6 +417,14 @@ void StoredExpertProvider::EndStep() {
   pinned_.clear();
   // A failure of the wait is the device's; the executor's own wait reports it.
   (void)ReleaseDone(/*wait=*/true);
+  // The experts a grouped step read at home come in for the next steps, now that nothing is
+  // pinned (their use is counted: the next Acquire of one counts as usual).
+  for (const ExpertKey key : to_load_) {
+    read_at_home_[static_cast<size_t>(Index(key.layer, key.expert))] = 0;
+    store_->Preload(key, /*miss_counted=*/true);
+  }
+  to_load_.clear();
+  std::fill(from_slot_.begin(), from_slot_.end(), uint8_t{0});
   if (host_mode_ == ExpertHostCompute::kAuto && host_ops_ != nullptr) {
     // The loads so far say what a load costs now.
     const ExpertStoreStats stats = store_->Stats();

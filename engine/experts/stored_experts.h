@@ -22,6 +22,12 @@
 //     time for one and for several rows of an expert), or always, or never
 //     (ExpertHostCompute).
 //
+//     Unless that mode is kNever, it also keeps a table per sparse layer for the grouped experts
+//     (ExpertProvider::GroupedTable): a step of few tokens then reads every resident expert from
+//     its slot and every other one in place from the host copy (on CUDA the kernels read the
+//     page-locked copy over the bus), routes on the device and waits for nothing, so it can be
+//     a graph; the experts it read at home are loaded after it, for the next steps.
+//
 // Thread safety: the engine loop's thread calls Get/EndStep; the store is shared with the
 // executor, which passes the plan's scores and hints to it.
 #pragma once
@@ -58,6 +64,8 @@ struct HostComputeOptions {
   Ops* ops = nullptr;     // the host CPU's ops (a CPU backend's); nullptr: no host compute
   int32_t max_rows = 0;          // most rows one layer computes on the host (tokens x top_k)
   int32_t max_expert_rows = 0;   // most rows of one expert (a step's tokens)
+  // Keep grouped tables (unless the mode is kNever): EngineConfig::moe_grouped_experts.
+  bool grouped_tables = true;
 };
 
 class StoredExpertProvider final : public ExpertProvider {
@@ -87,6 +95,9 @@ class StoredExpertProvider final : public ExpertProvider {
   void Done(int32_t layer, int32_t expert) override;
   void EndStep() override;
   bool PrefersHost(int32_t layer, int32_t expert, int32_t rows) override;
+  const ExpertTable* GroupedTable(int32_t layer) const override;
+  absl::Status BeginGroupedStep() override;
+  void GroupedRouting(int32_t layer, std::span<const int32_t> expert_ids) override;
   HostRows host_rows() override { return {host_x_, host_out_}; }
   absl::Status RunOnHost(int32_t layer, int32_t expert, int32_t first, int32_t rows) override;
 
@@ -99,6 +110,8 @@ class StoredExpertProvider final : public ExpertProvider {
                        std::unique_ptr<ExpertStore> store, Backend* async_backend);
   // Waits for `async_backend_` and unpins the experts Done left pinned.
   absl::Status ReleaseDone(bool wait);
+  // The grouped experts' tables, one per sparse layer, over `backend`'s ops.
+  absl::Status SetUpGroupedTables(Backend& backend);
   // Host compute: buffers, and the costs (kAuto).
   absl::Status SetUpHostCompute(Backend& backend, const HostComputeOptions& host);
   absl::Status MeasureHostCompute();
@@ -117,6 +130,14 @@ class StoredExpertProvider final : public ExpertProvider {
   // whose ops may still be running, still pinned.
   Backend* async_backend_ = nullptr;
   std::vector<ExpertKey> done_;
+  // Grouped experts (CreateInHostMemory, host compute not kNever): per layer its table (null for
+  // dense layers); per expert whether this step reads it from its slot; the experts this step
+  // read at home (loaded at EndStep), each once.
+  Ops* grouped_ops_ = nullptr;
+  std::vector<std::unique_ptr<ExpertTable>> tables_;
+  std::vector<uint8_t> from_slot_;
+  std::vector<uint8_t> read_at_home_;
+  std::vector<ExpertKey> to_load_;
   // Host compute (CreateInHostMemory): the experts' views into the host copy, the host's ops,
   // its buffers and the cost model.
   std::vector<ExpertWeights> host_weights_;

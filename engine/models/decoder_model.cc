@@ -27,9 +27,32 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Create(
                           : std::make_unique<ResidentExpertProvider>(model->weights_.experts,
                                                                      config.moe.num_experts);
     if (resident && grouped_experts) model->CreateExpertTables();
+    if (!resident && grouped_experts) LOOM_RETURN_IF_ERROR(model->UseProviderTables());
   }
   LOOM_RETURN_IF_ERROR(model->Allocate());
   return model;
+}
+
+int32_t DecoderModel::GroupedTokenLimit() {
+  return std::min(backend_.ops().MaxGroupedExpertTokens(),
+                  max_num_tokens_ / config_.moe.num_experts_per_tok);
+}
+
+absl::Status DecoderModel::UseProviderTables() {
+  bool any = false;
+  for (int32_t l = 0; l < config_.num_layers; ++l) {
+    if (!config_.IsSparseLayer(l)) continue;
+    if (experts_->GroupedTable(l) == nullptr) return absl::OkStatus();  // all or none
+    any = true;
+  }
+  const int32_t tokens = GroupedTokenLimit();
+  if (!any || tokens <= 0) return absl::OkStatus();
+  // The routing of a grouped step comes back to the host for the provider.
+  const int64_t bytes = int64_t{config_.num_layers} * tokens * config_.moe.num_experts_per_tok *
+                        static_cast<int64_t>(sizeof(int32_t));
+  LOOM_ASSIGN_OR_RETURN(host_routes_, backend_.AllocateHost(bytes));
+  grouped_expert_tokens_ = tokens;
+  return absl::OkStatus();
 }
 
 void DecoderModel::CreateExpertTables() {
@@ -37,7 +60,7 @@ void DecoderModel::CreateExpertTables() {
   const int32_t num_experts = config_.moe.num_experts;
   const int32_t top_k = config_.moe.num_experts_per_tok;
   // The grouped rows (tokens x top_k) live in the buffers sized for max_num_tokens rows.
-  const int32_t tokens = std::min(ops.MaxGroupedExpertTokens(), max_num_tokens_ / top_k);
+  const int32_t tokens = GroupedTokenLimit();
   if (tokens <= 0) return;
   const std::span<const ExpertWeights> all(weights_.experts);
   std::vector<std::unique_ptr<ExpertTable>> tables(static_cast<size_t>(config_.num_layers));
@@ -132,15 +155,41 @@ absl::Status DecoderModel::Forward(const StepBatch& batch, KvPool& kv, int64_t g
   LOOM_CHECK(batch.num_tokens > 0 && batch.num_tokens <= max_num_tokens_, "step of ",
              batch.num_tokens, " tokens, at most ", max_num_tokens_);
   num_tokens_ = batch.num_tokens;
+  // An expert cache's grouped step: its tables point at this step's experts before anything
+  // is queued (or replayed), and its routing goes back to the cache after.
+  const bool cache_grouped = expert_tables_.empty() && grouped_expert_tokens_ > 0 &&
+                             batch.num_tokens <= grouped_expert_tokens_;
   absl::Status status;
-  if (graph_key < 0) {
+  if (cache_grouped) status = experts_->BeginGroupedStep();
+  if (status.ok() && graph_key < 0) {
     status = EnqueueForward(batch, kv);
-  } else {
-    LOOM_RETURN_IF_ERROR(
-        backend_.RunGraph(graph_key, [&] { status = EnqueueForward(batch, kv); }));
+  } else if (status.ok()) {
+    absl::Status forward;
+    const absl::Status graph =
+        backend_.RunGraph(graph_key, [&] { forward = EnqueueForward(batch, kv); });
+    status = graph.ok() ? forward : graph;
   }
+  if (cache_grouped && status.ok()) status = ReportGroupedRouting();
   if (experts_ != nullptr) experts_->EndStep();
   return status;
+}
+
+absl::Status DecoderModel::ReportGroupedRouting() {
+  const int32_t top_k = config_.moe.num_experts_per_tok;
+  const int64_t pairs = int64_t{num_tokens_} * top_k;
+  auto* host = reinterpret_cast<int32_t*>(host_routes_.get());
+  for (int32_t l = 0; l < config_.num_layers; ++l) {
+    if (!config_.IsSparseLayer(l)) continue;
+    backend_.CopyToHostAsync(host + l * pairs, RoutedExperts(l),
+                             pairs * static_cast<int64_t>(sizeof(int32_t)));
+  }
+  LOOM_RETURN_IF_ERROR(backend_.WaitForHostCopies());
+  for (int32_t l = 0; l < config_.num_layers; ++l) {
+    if (!config_.IsSparseLayer(l)) continue;
+    experts_->GroupedRouting(l, std::span<const int32_t>(host + l * pairs,
+                                                         static_cast<size_t>(pairs)));
+  }
+  return absl::OkStatus();
 }
 
 const int32_t* DecoderModel::RoutedExperts(int32_t layer) const {
@@ -167,9 +216,11 @@ absl::Status DecoderModel::EnqueueForward(const StepBatch& batch, KvPool& kv) {
                    c.rms_norm_eps, normed_);
     if (c.IsSparseLayer(l)) {
       int32_t* routes = routes_ + int64_t{l} * max_num_tokens_ * c.moe.num_experts_per_tok;
-      const ExpertTable* table =
-          tokens <= grouped_expert_tokens_ ? expert_tables_[static_cast<size_t>(l)].get()
-                                           : nullptr;
+      const ExpertTable* table = nullptr;
+      if (tokens <= grouped_expert_tokens_) {
+        table = expert_tables_.empty() ? experts_->GroupedTable(l)
+                                       : expert_tables_[static_cast<size_t>(l)].get();
+      }
       LOOM_RETURN_IF_ERROR(MoeBlock(backend_, ops, c, w.moe, l, *experts_, table, tokens,
                                     normed_, scratch_, moe_scratch_, routes, delta_));
     } else {

@@ -62,7 +62,9 @@ class DecoderModel {
 
   // Steps of at most this many tokens run every sparse layer's experts grouped, from a table
   // (Ops::MoeGroupedExperts): they wait for nothing on the host, so a backend with graphs may
-  // capture them. 0 for a dense model, an expert cache, or a backend without grouped experts.
+  // capture them. The tables are the model's own with every expert resident, or the expert
+  // cache's (ExpertProvider::GroupedTable). 0 for a dense model, a cache without tables, or a
+  // backend without grouped experts.
   int32_t grouped_expert_tokens() const { return grouped_expert_tokens_; }
 
   // Logits of the given hidden rows of the last Forward, in the backend's memory:
@@ -76,6 +78,12 @@ class DecoderModel {
   // Builds the sparse layers' expert tables when every expert is resident and the backend runs
   // grouped experts; leaves grouped_expert_tokens_ 0 (logged) where it cannot.
   void CreateExpertTables();
+  // With an expert provider of its own (a cache) that keeps grouped tables: sets
+  // grouped_expert_tokens_ and the host buffer of the routing the provider is told about.
+  absl::Status UseProviderTables();
+  int32_t GroupedTokenLimit();
+  // After a grouped step behind a cache: its routing, copied to the host, to the provider.
+  absl::Status ReportGroupedRouting();
   absl::Status EnqueueForward(const StepBatch& batch, KvPool& kv);
 
   ModelConfig config_;
@@ -95,6 +103,7 @@ class DecoderModel {
   int32_t* routes_ = nullptr;  // [num_layers, max_num_tokens, num_experts_per_tok]
   std::vector<std::unique_ptr<ExpertTable>> expert_tables_;  // per layer; null for dense ones
   int32_t grouped_expert_tokens_ = 0;
+  HostMemory host_routes_;  // [num_layers, grouped tokens, top_k] (UseProviderTables)
   float* logits_in_ = nullptr;  // [max_logit_rows, hidden]
   float* logits_ = nullptr;     // [max_logit_rows, vocab]
   int32_t num_tokens_ = 0;      // of the last Forward

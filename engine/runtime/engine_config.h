@@ -71,12 +71,15 @@ struct EngineConfig {
   bool expert_home_in_memory = false;
   // With an expert cache whose slow tier is host memory (CUDA, or the above): compute a missing
   // expert's tokens on the host CPU where it lives instead of loading it: when the cost model
-  // measured at start says that is faster (kAuto), never, or always.
+  // measured at start says that is faster (kAuto), never, or always. Unless kNever, steps that
+  // run their experts grouped (moe_grouped_experts) read a missing expert in place from host
+  // memory instead, and load it after the step.
   ExpertHostCompute expert_host_compute = ExpertHostCompute::kAuto;
-  // Mixture-of-experts models with every expert resident: run small steps' experts grouped from
-  // per-layer expert tables (DecoderModel::grouped_expert_tokens), routing on the device, so
-  // CUDA decode steps of up to 16 sequences are graphs. Off, every step routes on the host and
-  // runs its experts one by one (what an expert cache always does); for comparisons.
+  // Mixture-of-experts models: run small steps' experts grouped from per-layer expert tables
+  // (DecoderModel::grouped_expert_tokens), routing on the device, so CUDA decode steps of up to
+  // 16 sequences are graphs: with every expert resident, or behind an expert cache in host
+  // memory whose expert_host_compute is not kNever. Off, every step routes on the host and runs
+  // its experts one by one; for comparisons.
   bool moe_grouped_experts = true;
   // Read experts with O_DIRECT where the file system allows it (else read, then drop the range
   // from the page cache).

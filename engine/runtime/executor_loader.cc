@@ -127,6 +127,7 @@ absl::StatusOr<std::unique_ptr<ExpertProvider>> LocalExecutor::CreateExpertCache
     host.mode = config.expert_host_compute;
     host.max_expert_rows = config.max_num_batched_tokens;
     host.max_rows = config.max_num_batched_tokens * model_config.moe.num_experts_per_tok;
+    host.grouped_tables = config.moe_grouped_experts;
     if (host.mode != ExpertHostCompute::kNever) {
       if (backend_->host_memory()) {
         host.ops = &backend_->ops();

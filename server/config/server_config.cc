@@ -116,9 +116,10 @@ const std::vector<Key>& Keys() {
        "from the page cache), so the cache is the memory experts take",
        &C::expert_direct_io},
       {"expert_host_compute", "",
-       "MoE models with an expert cache on cuda: compute a missing expert's tokens on the host "
-       "CPU, where it lives, instead of loading it (auto: when the costs measured at start say "
-       "it is faster)",
+       "MoE models with an expert cache on cuda: compute a missing expert's tokens where it "
+       "lives instead of loading it first: steps of up to 16 tokens read it in place from host "
+       "memory (and are graphs), larger ones compute it on the host CPU (auto: when the costs "
+       "measured at start say it is faster); never: always load",
        &C::expert_host_compute, {}, {"auto", "never", "always"}},
       {"max_num_batched_tokens", "tokens", "most tokens computed in one step", &C::max_num_batched_tokens,
        {1, 1 << 24}},

@@ -9,10 +9,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/backend/cpu_backend.h"
@@ -117,8 +119,10 @@ TEST_P(ExpertCacheTest, OutputsAreIdenticalWhateverTheCacheSizeAndHints) {
   ASSERT_TRUE(resident.ok()) << resident.status();
   EXPECT_EQ((*resident)->capacity().expert_cache_slots, 0);
   // All resident, the experts of steps up to this many tokens run grouped from the expert tables
-  // (Ops::MoeGroupedExperts); every cached run below routes on the host, expert by expert. So the
-  // comparisons also check that the two paths of the sparse block make the same floats.
+  // (Ops::MoeGroupedExperts); the cached runs below route on the host, expert by expert, except
+  // those with a home in memory that may compute there, whose small steps run grouped from the
+  // cache's tables (slots and homes). So the comparisons also check that the paths of the sparse
+  // block make the same floats.
   EXPECT_EQ((*resident)->grouped_expert_tokens(), CpuOps::kMaxGroupedExpertTokens);
   const Trace want = RunSteps(**resident, prompts, Hints::kNone, 1);
   ASSERT_FALSE(want.tokens.empty());
@@ -171,7 +175,12 @@ TEST_P(ExpertCacheTest, OutputsAreIdenticalWhateverTheCacheSizeAndHints) {
         MakeExecutor(GetParam(), c.slots * slot, c.home, c.host_compute);
     ASSERT_TRUE(cached.ok()) << cached.status() << " " << what;
     EXPECT_EQ((*cached)->capacity().expert_cache_slots, c.slots) << what;
-    EXPECT_EQ((*cached)->grouped_expert_tokens(), 0) << what;
+    // A cache in host memory that may compute experts where they live keeps grouped tables:
+    // its small steps read resident experts from their slots and the others in place at home.
+    const bool grouped = c.home == Home::kHostMemory && c.host_compute != kNever;
+    EXPECT_EQ((*cached)->grouped_expert_tokens(),
+              grouped ? CpuOps::kMaxGroupedExpertTokens : 0)
+        << what;
     const Trace got = RunSteps(**cached, prompts, c.hints, 7 + static_cast<uint32_t>(c.slots));
     EXPECT_EQ(got.tokens, want.tokens) << what;
     EXPECT_EQ(got.logprobs, want.logprobs) << what << ": the bytes are the same, so the floats are";
@@ -357,6 +366,65 @@ TEST(DeviceExpertProviderTest, RunsMissingExpertsOnTheHostWhenAsked) {
   EXPECT_EQ(p.store().Stats().computed_at_home, 1);
   EXPECT_FALSE(p.RunOnHost(0, 1, 0, 5).ok()) << "more rows of one expert than the host holds";
   EXPECT_FALSE(p.RunOnHost(0, 1, 6, 3).ok()) << "rows past the host buffers";
+}
+
+// The cache's grouped tables: a step reads resident experts from their slots (pinned until
+// EndStep) and the others at home; the ones read at home are counted and loaded after the step,
+// so the next step finds them in their slot.
+TEST(DeviceExpertProviderTest, GroupedStepsReadMissingExpertsAtHomeAndLoadThemAfter) {
+  const HostExperts host = MakeHostExperts(3);
+  CpuBackend backend(BackendOptions{});
+  ExpertStoreOptions options;
+  options.budget_bytes = 1;  // one slot
+  HostComputeOptions compute;
+  compute.mode = ExpertHostCompute::kAlways;
+  absl::StatusOr<std::unique_ptr<StoredExpertProvider>> provider =
+      StoredExpertProvider::CreateInHostMemory(host.weights, 3, backend, options, compute);
+  ASSERT_TRUE(provider.ok()) << provider.status();
+  StoredExpertProvider& p = **provider;
+  ASSERT_NE(p.GroupedTable(0), nullptr);
+  EXPECT_EQ(p.GroupedTable(1), nullptr) << "one layer";
+
+  // Nothing resident: every expert is read at home; the routed ones are counted and loaded.
+  ASSERT_TRUE(p.BeginGroupedStep().ok());
+  const int32_t routed[] = {1, 1, 2};  // [tokens, top_k]: expert 1 twice, counted once
+  p.GroupedRouting(0, routed);
+  p.EndStep();
+  ExpertStoreStats stats = p.store().Stats();
+  EXPECT_EQ(stats.computed_at_home, 2);
+  EXPECT_EQ(stats.hits + stats.misses, 0);
+  // One slot: one of the two loads stays. Wait for the loader.
+  for (int i = 0; i < 1000 && p.store().Stats().resident == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_EQ(p.store().Stats().resident, 1);
+  const int32_t in_slot = p.store().IsResident({0, 1}) ? 1 : 2;
+
+  // The next step pins the resident one for the step (its slot cannot be taken), and counts a
+  // hit for it; the other is read at home again.
+  ASSERT_TRUE(p.BeginGroupedStep().ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(p.store().Acquire({0, 0}).status()));
+  const int32_t both[] = {1, 2};
+  p.GroupedRouting(0, both);
+  p.EndStep();
+  stats = p.store().Stats();
+  EXPECT_EQ(stats.hits, 1) << "expert " << in_slot;
+  EXPECT_EQ(stats.computed_at_home, 3);
+  EXPECT_EQ(stats.misses, 1) << "only the probing Acquire of expert 0";
+  ASSERT_TRUE(p.store().Acquire({0, 0}).ok()) << "EndStep unpinned the slot";
+  p.store().Release({0, 0});
+}
+
+TEST(DeviceExpertProviderTest, NoGroupedTablesWhenExpertsMustBeLoaded) {
+  const HostExperts host = MakeHostExperts(2);
+  CpuBackend backend(BackendOptions{});
+  ExpertStoreOptions options;
+  options.budget_bytes = 1 << 20;
+  absl::StatusOr<std::unique_ptr<StoredExpertProvider>> provider =
+      StoredExpertProvider::CreateInHostMemory(host.weights, 2, backend, options);
+  ASSERT_TRUE(provider.ok()) << provider.status();
+  EXPECT_EQ((*provider)->GroupedTable(0), nullptr) << "host compute kNever: always load";
+  EXPECT_FALSE((*provider)->BeginGroupedStep().ok());
 }
 
 TEST(ExpertCacheConfigTest, DenseModelsIgnoreTheBudget) {

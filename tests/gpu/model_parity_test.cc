@@ -224,9 +224,12 @@ TEST_P(CudaMoeTest, GroupedExpertsMatchTheHostRoutedPath) {
   ExpectMatchesReference(*golden_, a, tolerance, dtype != DType::kF32);
 }
 
-// Experts computed where they live (ExpertHostCompute::kAlways with one slot: nearly every
-// expert's rows go to the host CPU, f32, and back) still match transformers within the device's
-// tolerance (the counters are checked on the CPU, tests/engine/expert_cache_test.cc).
+// Experts computed where they live (ExpertHostCompute::kAlways with one slot) still match
+// transformers within the device's tolerance (the counters are checked on the CPU,
+// tests/engine/expert_cache_test.cc). Steps of up to 16 tokens run grouped from the cache's
+// tables, so the kernels read nearly every expert in place from the page-locked host copy, and
+// decode steps are graphs; larger steps send the missing experts' rows to the host CPU, f32,
+// and back.
 TEST_P(CudaMoeTest, ExpertsComputedOnTheHostMatchTransformers) {
   auto executor = MakeExecutor(*golden_, Cuda({.expert_cache_bytes = 1,
                                                .expert_host_compute = ExpertHostCompute::kAlways}));

@@ -383,6 +383,7 @@ class CudaExpertTable final : public ExpertTable {
  public:
   ~CudaExpertTable() override { cudaFree(pointers); }
   void* pointers = nullptr;  // [3, num_experts] device pointers: gate, up, down
+  std::vector<const void*> host;  // what UpdateExpertTable last copied (the copy's source)
   int32_t num_experts = 0;
   ProjectionTable gate, up, down;
 };
@@ -472,6 +473,7 @@ absl::StatusOr<std::unique_ptr<ExpertTable>> CudaOps::CreateExpertTable(
         "GEMV (consistent gate, up and down; sizes multiples of 4)"));
   }
   const size_t bytes = pointers.size() * sizeof(void*);
+  table->host = pointers;
   LOOM_CUDA_RETURN_IF_ERROR(cudaMalloc(&table->pointers, bytes));
   LOOM_CUDA_RETURN_IF_ERROR(
       cudaMemcpy(table->pointers, pointers.data(), bytes, cudaMemcpyHostToDevice));
@@ -480,6 +482,25 @@ absl::StatusOr<std::unique_ptr<ExpertTable>> CudaOps::CreateExpertTable(
   table->up.weights = device + experts.size();
   table->down.weights = device + 2 * experts.size();
   return table;
+}
+
+void CudaOps::UpdateExpertTable(ExpertTable& table, std::span<const ExpertWeights> experts) {
+  auto& t = static_cast<CudaExpertTable&>(table);
+  LOOM_CHECK(static_cast<int32_t>(experts.size()) == t.num_experts, "an expert table of ",
+             t.num_experts, " experts updated with ", experts.size());
+  const size_t n = experts.size();
+  for (size_t e = 0; e < n; ++e) {
+    const ExpertWeights& w = experts[e];
+    LOOM_CHECK(w.gate.weight.dtype == t.gate.dtype && w.up.weight.dtype == t.up.dtype &&
+                   w.down.weight.dtype == t.down.dtype,
+               "expert ", e, " changed format in its table");
+    t.host[e] = w.gate.weight.data;
+    t.host[n + e] = w.up.weight.data;
+    t.host[2 * n + e] = w.down.weight.data;
+  }
+  // From pageable memory: the driver has taken the bytes when the call returns.
+  LOOM_CUDA_RECORD(cudaMemcpyAsync(t.pointers, t.host.data(), t.host.size() * sizeof(void*),
+                                   cudaMemcpyHostToDevice, stream_));
 }
 
 void CudaOps::MoeGroupedExperts(const MoeGroupedArgs& a) {

@@ -128,6 +128,8 @@ class CudaOps final : public Ops {
   // not a multiple of 4. Copies the weight pointers to device memory (synchronously: at load).
   absl::StatusOr<std::unique_ptr<ExpertTable>> CreateExpertTable(
       std::span<const ExpertWeights> experts) override;
+  // Copies the new pointers from host memory on the stream (the table keeps a host copy).
+  void UpdateExpertTable(ExpertTable& table, std::span<const ExpertWeights> experts) override;
   void MoeGroupedExperts(const MoeGroupedArgs& args) override;
   void MoeCombine(const float* rows, int32_t num_tokens, int32_t top_k, int32_t dim,
                   const int32_t* token_rows, const float* weights, float* out) override;
