@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "kernels/cuda/grouped_inl.cuh"
 #include "kernels/cuda/mma_inl.cuh"
 #include "kernels/cuda/vector_inl.cuh"
 
@@ -32,18 +33,6 @@ struct GemvParams {
   const void* const* group_weights = nullptr;
 };
 
-// Points p at the block's group and rows; false when the block has no rows (the whole block).
-__device__ __forceinline__ bool SelectGroup(GemvParams& p) {
-  if (p.group_offsets == nullptr) return true;
-  const int32_t first = p.group_offsets[blockIdx.y] + int32_t(blockIdx.z) * kDenseGemvMaxRows;
-  const int32_t rows = min(p.group_offsets[blockIdx.y + 1] - first, kDenseGemvMaxRows);
-  if (rows <= 0) return false;
-  p.num_rows = rows;
-  p.weight = p.group_weights[blockIdx.y];
-  p.x += int64_t{first} * p.x_stride;
-  p.y += int64_t{first} * p.y_stride;
-  return true;
-}
 
 // acc[f][r] += dot(w[f][0..V), x[r][e..e + V)) for the block's rows r < num_rows.
 template <int V, int F, int R>
@@ -68,7 +57,7 @@ __device__ __forceinline__ void Accumulate(const GemvParams& p, int64_t e, const
 // features per block; R: x rows the block's registers hold (num_rows <= R).
 template <typename W, int V, int F, int R>
 __global__ void __launch_bounds__(kThreads) DenseGemvKernel(GemvParams p) {
-  if (!SelectGroup(p)) return;
+  if (!internal::SelectGroup<kDenseGemvMaxRows>(p)) return;
   constexpr int U = kLoadsInFlight / F > 1 ? kLoadsInFlight / F : 1;
   const int64_t first = int64_t{blockIdx.x} * F;
   // Features past the end read the last row (valid memory) and are not written.

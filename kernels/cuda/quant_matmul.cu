@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "kernels/cuda/grouped_inl.cuh"
 #include "kernels/cuda/quant_blocks_inl.cuh"
 #include "kernels/cuda/vector_inl.cuh"
 
@@ -45,19 +46,6 @@ struct GemvParams {
   const void* const* group_weights;
 };
 
-// Points p at the block's group and rows; false when the block has no rows (the whole block).
-__device__ __forceinline__ bool SelectGroup(GemvParams& p) {
-  if (p.group_offsets == nullptr) return true;
-  const int32_t first = p.group_offsets[blockIdx.y] + int32_t(blockIdx.z) * kQuantGemvMaxRows;
-  const int32_t rows = min(p.group_offsets[blockIdx.y + 1] - first, kQuantGemvMaxRows);
-  if (rows <= 0) return false;
-  p.num_rows = rows;
-  p.weight = static_cast<const uint8_t*>(p.group_weights[blockIdx.y]);
-  p.x += int64_t{first} * p.x_stride;
-  p.y += int64_t{first} * p.y_stride;
-  return true;
-}
-
 __device__ __forceinline__ float WarpSum(float value) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) {
@@ -68,7 +56,7 @@ __device__ __forceinline__ float WarpSum(float value) {
 
 template <DType F>
 __global__ void __launch_bounds__(kMaxGemvThreads) QuantGemvKernel(GemvParams p) {
-  if (!SelectGroup(p)) return;
+  if (!internal::SelectGroup<kQuantGemvMaxRows>(p)) return;
   extern __shared__ float4 x_smem[];
   float* xs = reinterpret_cast<float*>(x_smem);
   const int lane = static_cast<int>(threadIdx.x & 31);
