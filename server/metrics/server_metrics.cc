@@ -272,8 +272,9 @@ class ServerMetrics::Impl {
     v.prefetches_cancelled = outcome("cancelled");
     v.prefetches_dropped = outcome("dropped");
     v.host_computes = counter("expert_cache_host_computes_total",
-                              "Routed experts a step computed on the host CPU where they live "
-                              "instead of loading them (a GPU's expert cache).");
+                              "Routed experts a step computed where they live instead of "
+                              "loading them (a GPU's expert cache: on the host CPU, or read in "
+                              "place from host memory by a small step's kernels).");
     v.loaded_bytes = counter("expert_cache_loaded_bytes_total",
                              "Bytes of experts read into the expert cache.");
     v.load_seconds = counter("expert_cache_load_seconds_total",
