@@ -205,10 +205,11 @@ TEST_P(CudaMoeTest, ExpertCacheIsLossless) {
 }
 
 // The grouped experts (routing on the device, every expert's projection in one launch through the
-// layer's expert table, decode steps replayed as graphs) against the host-routed path of the same
-// resident model: the same tokens, logits within the rounded tolerance (the grouped GEMVs keep
-// every input row in f32 where cuBLAS multiplies bf16-rounded rows), and each within tolerance
-// of transformers.
+// layer's expert table, decode steps replayed as graphs) and the host-routed path of the same
+// resident model each match transformers within the device's tolerance. They are not compared
+// token for token: the grouped GEMVs keep every input row in f32 where cuBLAS multiplies
+// bf16-rounded rows, so a greedy token may flip where the reference's top-2 margin is that small
+// (ExpectMatchesReference allows exactly that).
 TEST_P(CudaMoeTest, GroupedExpertsMatchTheHostRoutedPath) {
   auto grouped = MakeExecutor(*golden_, Cuda());
   auto host = MakeExecutor(*golden_, Cuda({.cuda_graphs = false, .moe_grouped_experts = false}));
@@ -218,10 +219,10 @@ TEST_P(CudaMoeTest, GroupedExpertsMatchTheHostRoutedPath) {
   const float tolerance = dtype == DType::kF32 ? kF32Tolerance
                           : IsQuantizedDType(dtype) ? kQuantizedTolerance
                                                     : kRoundedTolerance;
-  const EngineRun a = RunPrompts(*grouped, *golden_, {});
-  const EngineRun b = RunPrompts(*host, *golden_, {});
-  EXPECT_LE(CompareRuns(a, b, "grouped"), tolerance);
-  ExpectMatchesReference(*golden_, a, tolerance, dtype != DType::kF32);
+  ExpectMatchesReference(*golden_, RunPrompts(*grouped, *golden_, {}), tolerance,
+                         dtype != DType::kF32);
+  ExpectMatchesReference(*golden_, RunPrompts(*host, *golden_, {}), tolerance,
+                         dtype != DType::kF32);
 }
 
 // Experts computed where they live (ExpertHostCompute::kAlways with one slot) still match
