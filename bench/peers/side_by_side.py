@@ -208,6 +208,9 @@ def main():
         if not binary.exists():
             sys.exit(f"{binary} is missing: build the cpu-release preset first")
     threads = [int(t) for t in args.threads.split(",")]
+    if subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode:
+        sys.exit("llama.cpp's GGUF converter needs torch in this venv: "
+                 "run deploy/install-deps.sh --golden")
 
     bin_dir = Path(run(["bash", ROOT / "bench/engine/build_llamacpp.sh", args.work,
                         args.llama_cpp_python], capture_output=True).stdout.strip().splitlines()[-1])
