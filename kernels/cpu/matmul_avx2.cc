@@ -133,12 +133,10 @@ struct Avx2 {
 constexpr int kGemvPrefetchBytes = 0;
 
 // GEMM (matmul_panel_inl.h): 6 weight rows per tile; tokens, k and weight rows per block, sized
-// for a 32 KiB L1 (a 16-token panel of kc: 16 KiB) and a 512 KiB L2 (block 48 KiB + accumulator
-// 48 KiB + x^T of mc tokens × kc: 256 KiB). 256 tokens per block widen each weight block half as
-// often as 128 did; on Zen 3 the 1.1B shapes at m = 512 went from 60-78 to 76-88 GFLOP/s with
-// the unrolled tile (bench/results/cpu_matmul.md).
+// for a 32 KiB L1 (a 16-token panel of kc: 16 KiB) and a 512 KiB L2 (block + accumulator +
+// x^T of mc tokens: 224 KiB).
 constexpr int kGemmRows = 6;
-constexpr PanelBlocking kGemmBlocking = {256, 256, 48};
+constexpr PanelBlocking kGemmBlocking = {128, 256, 96};
 constexpr int64_t kGemmPanel = 2 * Avx2::kLanes;  // tokens per x^T panel
 static_assert(kGemmBlocking.kc % 256 == 0, "k blocks must hold whole quantization blocks");
 

@@ -183,12 +183,6 @@ void WidenBlock(const MatmulProjection& p, int64_t k, int64_t n0, int64_t rows, 
 // (first block) or added to it. xt: panel rows from k0 (stride `panel`); w: kNr converted rows
 // (stride kc); acc_out: kNr rows of the y^T accumulator (stride ld). The accumulators start at
 // zero rather than at acc_out: gcc keeps them in registers only that way.
-// k steps per iteration of the tile's main loop. One step is kMv loads, kNr broadcasts and
-// kMv * kNr FMAs; the loop's own counter and the kNr broadcast addresses cost about as many
-// scalar instructions again, and on Zen 3 (AVX2, 6 × 16 tile) the loop ran at 66-70 % of the FMA
-// peak inside the GEMM's blocks against 87-95 % unrolled by 4 (bench/results/cpu_matmul.md).
-constexpr int kPanelUnroll = 4;
-
 template <class T, int kMv, int kNr>
 void PanelTile(const float* xt, int64_t panel, const float* w, int64_t kc, int64_t len,
                float* acc_out, int64_t ld, bool first) {
@@ -200,7 +194,7 @@ void PanelTile(const float* xt, int64_t panel, const float* w, int64_t kc, int64
 #pragma GCC unroll 32
     for (int v = 0; v < kMv; ++v) acc[r][v] = T::Zero();
   }
-  auto step = [&](int64_t kk) __attribute__((always_inline)) {
+  for (int64_t kk = 0; kk < len; ++kk) {
     V xv[kMv];
 #pragma GCC unroll 32
     for (int v = 0; v < kMv; ++v) xv[v] = T::LoadX(xt + kk * panel + v * kLanes);
@@ -210,13 +204,7 @@ void PanelTile(const float* xt, int64_t panel, const float* w, int64_t kc, int64
 #pragma GCC unroll 32
       for (int v = 0; v < kMv; ++v) acc[r][v] = T::Fma(wv, xv[v], acc[r][v]);
     }
-  };
-  int64_t kk = 0;
-  for (; kk + kPanelUnroll <= len; kk += kPanelUnroll) {
-#pragma GCC unroll 8
-    for (int u = 0; u < kPanelUnroll; ++u) step(kk + u);
   }
-  for (; kk < len; ++kk) step(kk);
 #pragma GCC unroll 32
   for (int r = 0; r < kNr; ++r) {
 #pragma GCC unroll 32
