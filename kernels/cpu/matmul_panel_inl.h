@@ -14,9 +14,12 @@
 // weights are dequantized into that block (matmul_quant_inl.h); kc is a whole number of their
 // blocks (256 elements), so a k block never splits a quantization block.
 //
-// Ownership: threads split the group's weight rows in units of kNr (the dispatcher's ParallelFor),
-// so each owns whole columns of y. Loop nest per thread and weight:
-//   m0 (mc tokens) > n0 (nc rows) > k0 (kc) > panel > kNr rows
+// Work split: the group's weight rows are split evenly between the threads in units of kNr, and
+// each thread's share is cut into units of mc tokens × nc rows (PanelSchedule), run in the order
+//   m0 (mc tokens) > n0 (nc rows) > [k0 (kc) > panel > kNr rows inside a unit]
+// A thread that runs out of its own units takes the last ones left of another thread, so a
+// thread slowed by a busy core does not hold up the call. A unit writes its own mc × nc outputs
+// with the same sums whichever thread runs it: results do not depend on the split.
 // The x^T panel slice (kPanel × kc floats) stays in L1 while the kNr-row groups of the converted
 // block pass over it; the block (nc × kc floats) and the y^T accumulator (nc × mc floats) stay in
 // L2. Bytes from memory: the weight once per mc tokens, x^T once per nc rows (from L3).
@@ -30,10 +33,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
 
 #include "kernels/cpu/matmul_dot_inl.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/matmul_quant_inl.h"
+#include "kernels/cpu/work_claims.h"
 
 namespace loom::cpu::matmul_internal {
 namespace {
@@ -275,49 +282,102 @@ void PrefetchBlockRows(const MatmulProjection& p, int64_t k, int64_t n0, int64_t
   }
 }
 
-// One thread's weight rows [row_begin, row_end) of one projection.
+// One unit of the rows' work: mc tokens (from m0) × up to nc weight rows (from n0) of one
+// projection, with its k blocks in order. Units never share an output element.
+struct PanelUnit {
+  int32_t projection;
+  int64_t m0;
+  int64_t n0;
+  int64_t rows;
+};
+
+// Runs `unit`; `next` (null: none) is the unit this thread expects to run after it, whose first
+// block is prefetched during the last k block when it reads the same projection.
 template <class T, class W, int kNr>
-void PanelRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begin, int64_t row_end,
-               const PanelBlocking& b, const PanelWorkspace& ws, int thread) {
+void RunPanelUnit(const MatmulInput& x, const MatmulProjection& p, const PanelUnit& unit,
+                  const PanelUnit* next, const PanelBlocking& b, const PanelWorkspace& ws,
+                  int thread) {
   constexpr int64_t kPanel = 2 * T::kLanes;
   float* block = ws.thread_buffers + thread * (ws.block_floats + ws.acc_floats);
   float* acc = block + ws.block_floats;
-  for (int64_t m0 = 0; m0 < x.m; m0 += b.mc) {
-    const int64_t m1 = MinOf(x.m, m0 + b.mc);
-    const int64_t num_panels = (m1 - m0 + kPanel - 1) / kPanel;
-    for (int64_t n0 = row_begin; n0 < row_end; n0 += b.nc) {
-      const int64_t rows = MinOf(b.nc, row_end - n0);
-      const int64_t rows_pad = RoundUp(rows, kNr);
-      for (int64_t k0 = 0; k0 < x.k; k0 += b.kc) {
-        const int64_t len = MinOf(b.kc, x.k - k0);
-        WidenBlock<T, W>(p, x.k, n0, rows, rows_pad, k0, len, b.kc, block);
-        // The next block of this m0 pass: the next k block, else the next rows from k = 0.
-        const bool next_k = k0 + b.kc < x.k;
-        const int64_t next_n0 = next_k ? n0 : n0 + b.nc;
-        const int64_t next_k0 = next_k ? k0 + b.kc : 0;
-        const int64_t next_rows = next_n0 < row_end ? MinOf(b.nc, row_end - next_n0) : 0;
-        const int64_t next_len = MinOf(b.kc, x.k - next_k0);
-        for (int64_t i = m0; i < m1; i += kPanel) {
-          const int64_t q = (i - m0) / kPanel;
-          PrefetchBlockRows<W>(p, x.k, next_n0, q * next_rows / num_panels,
-                               (q + 1) * next_rows / num_panels, next_k0, next_len);
-          const float* xt = ws.x_panels + (i / kPanel) * kPanel * x.k + k0 * kPanel;
-          for (int64_t j = 0; j < rows_pad; j += kNr) {
-            float* acc_tile = acc + j * b.mc + (i - m0);
-            if (m1 - i > T::kLanes) {
-              PanelTile<T, 2, kNr>(xt, kPanel, block + j * b.kc, b.kc, len, acc_tile, b.mc,
-                                   k0 == 0);
-            } else {
-              PanelTile<T, 1, kNr>(xt, kPanel, block + j * b.kc, b.kc, len, acc_tile, b.mc,
-                                   k0 == 0);
-            }
-          }
+  const int64_t m0 = unit.m0;
+  const int64_t n0 = unit.n0;
+  const int64_t m1 = MinOf(x.m, m0 + b.mc);
+  const int64_t num_panels = (m1 - m0 + kPanel - 1) / kPanel;
+  const int64_t rows = unit.rows;
+  const int64_t rows_pad = RoundUp(rows, kNr);
+  const bool next_same = next != nullptr && next->projection == unit.projection;
+  for (int64_t k0 = 0; k0 < x.k; k0 += b.kc) {
+    const int64_t len = MinOf(b.kc, x.k - k0);
+    WidenBlock<T, W>(p, x.k, n0, rows, rows_pad, k0, len, b.kc, block);
+    // The next block: the next k block, else the next unit's rows from k = 0.
+    const bool next_k = k0 + b.kc < x.k;
+    const int64_t next_n0 = next_k ? n0 : next_same ? next->n0 : 0;
+    const int64_t next_k0 = next_k ? k0 + b.kc : 0;
+    const int64_t next_rows = next_k ? rows : next_same ? next->rows : 0;
+    const int64_t next_len = MinOf(b.kc, x.k - next_k0);
+    for (int64_t i = m0; i < m1; i += kPanel) {
+      const int64_t q = (i - m0) / kPanel;
+      PrefetchBlockRows<W>(p, x.k, next_n0, q * next_rows / num_panels,
+                           (q + 1) * next_rows / num_panels, next_k0, next_len);
+      const float* xt = ws.x_panels + (i / kPanel) * kPanel * x.k + k0 * kPanel;
+      for (int64_t j = 0; j < rows_pad; j += kNr) {
+        float* acc_tile = acc + j * b.mc + (i - m0);
+        if (m1 - i > T::kLanes) {
+          PanelTile<T, 2, kNr>(xt, kPanel, block + j * b.kc, b.kc, len, acc_tile, b.mc, k0 == 0);
+        } else {
+          PanelTile<T, 1, kNr>(xt, kPanel, block + j * b.kc, b.kc, len, acc_tile, b.mc, k0 == 0);
         }
       }
-      WriteBlock(p, n0, rows, m0, m1, acc, b.mc);
     }
   }
+  WriteBlock(p, n0, rows, m0, m1, acc, b.mc);
 }
+
+// Each thread's units in the order a static split would run them (m0 > n0 within each projection
+// of its share of the rows), handed out by WorkClaims.
+class PanelSchedule {
+ public:
+  PanelSchedule(std::span<const MatmulProjection> projections, int64_t m, int64_t unit_rows,
+                const PanelBlocking& b, int num_threads)
+      : units_(static_cast<size_t>(num_threads)) {
+    const int64_t num_row_units = CountRowUnits(projections, unit_rows);
+    std::vector<int64_t> counts;
+    for (int t = 0; t < num_threads; ++t) {
+      const int64_t begin = num_row_units * t / num_threads;
+      const int64_t end = num_row_units * (t + 1) / num_threads;
+      std::vector<PanelUnit>& list = units_[static_cast<size_t>(t)];
+      ForEachRowRange(projections, unit_rows, begin, end,
+                      [&](const MatmulProjection& p, int64_t row_begin, int64_t row_end) {
+                        const auto index = static_cast<int32_t>(&p - projections.data());
+                        for (int64_t m0 = 0; m0 < m; m0 += b.mc) {
+                          for (int64_t n0 = row_begin; n0 < row_end; n0 += b.nc) {
+                            list.push_back({index, m0, n0, MinOf(b.nc, row_end - n0)});
+                          }
+                        }
+                      });
+      counts.push_back(static_cast<int64_t>(list.size()));
+    }
+    claims_ = std::make_unique<WorkClaims>(counts);
+  }
+
+  // The next unit for `thread` (null when none is left), and in *next the unit after it in the
+  // same list if that is the thread's own and still unclaimed (null otherwise).
+  const PanelUnit* Claim(int thread, const PanelUnit** next) {
+    int owner = 0;
+    int64_t index = 0;
+    if (!claims_->Claim(thread, &owner, &index)) return nullptr;
+    const std::vector<PanelUnit>& list = units_[static_cast<size_t>(owner)];
+    *next = owner == thread && claims_->Unclaimed(owner, index + 1)
+                ? &list[static_cast<size_t>(index + 1)]
+                : nullptr;
+    return &list[static_cast<size_t>(index)];
+  }
+
+ private:
+  std::vector<std::vector<PanelUnit>> units_;
+  std::unique_ptr<WorkClaims> claims_;
+};
 
 // The whole group: pack x^T (one parallel region), then the rows (a second one).
 template <class T, int kNr>
@@ -329,28 +389,29 @@ void RunPanelGroup(const GroupArgs& args, ThreadPool& pool, const PanelBlocking&
       PackXPanel(args.x, p, kPanel, ws.x_panels + p * kPanel * args.x.k);
     }
   });
-  const int64_t num_units = CountRowUnits(args.projections, kNr);
-  pool.ParallelFor(num_units, [&](int64_t unit_begin, int64_t unit_end, int thread) {
-    ForEachRowRange(
-        args.projections, kNr, unit_begin, unit_end,
-        [&](const MatmulProjection& p, int64_t row_begin, int64_t row_end) {
-          switch (p.dtype) {
-            case DType::kBF16:
-              PanelRows<T, Bf16Weight, kNr>(args.x, p, row_begin, row_end, b, ws, thread);
-              break;
-            case DType::kF16:
-              PanelRows<T, F16Weight, kNr>(args.x, p, row_begin, row_end, b, ws, thread);
-              break;
-            case DType::kF32:
-              PanelRows<T, F32Weight, kNr>(args.x, p, row_begin, row_end, b, ws, thread);
-              break;
-            default:
-              WithQuantFormat(p.dtype, [&]<class F>(F) {
-                PanelRows<T, QuantWeight<F>, kNr>(args.x, p, row_begin, row_end, b, ws, thread);
-              });
-              break;
-          }
-        });
+  PanelSchedule schedule(args.projections, args.x.m, kNr, b, pool.num_threads());
+  pool.RunOnAllThreads([&](int64_t, int64_t, int thread) {
+    const PanelUnit* next = nullptr;
+    while (const PanelUnit* claimed = schedule.Claim(thread, &next)) {
+      const PanelUnit& unit = *claimed;
+      const MatmulProjection& p = args.projections[static_cast<size_t>(unit.projection)];
+      switch (p.dtype) {
+        case DType::kBF16:
+          RunPanelUnit<T, Bf16Weight, kNr>(args.x, p, unit, next, b, ws, thread);
+          break;
+        case DType::kF16:
+          RunPanelUnit<T, F16Weight, kNr>(args.x, p, unit, next, b, ws, thread);
+          break;
+        case DType::kF32:
+          RunPanelUnit<T, F32Weight, kNr>(args.x, p, unit, next, b, ws, thread);
+          break;
+        default:
+          WithQuantFormat(p.dtype, [&]<class F>(F) {
+            RunPanelUnit<T, QuantWeight<F>, kNr>(args.x, p, unit, next, b, ws, thread);
+          });
+          break;
+      }
+    }
   });
 }
 

@@ -1,0 +1,68 @@
+// Work claims with stealing at the end: every thread owns a list of units (a static split, in the
+// order it would run them) and takes them from the front; a thread whose list is empty takes the
+// last unit left of another thread's list. Units run where the static split puts them until one
+// thread finishes early, so what each thread prefetches for its next unit is still right, and a
+// thread slowed by a busy core or a late start gives its tail to the one that is free.
+//
+// Each list's state is one 64-bit word, front index in the high half and back index in the low
+// half, changed by compare-and-swap: a unit is claimed exactly once, by its owner or by a thief.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace loom::cpu {
+
+class WorkClaims {
+ public:
+  // counts[t]: units in thread t's list (at most 2^31 - 1 each).
+  explicit WorkClaims(std::span<const int64_t> counts) : lists_(counts.size()) {
+    for (size_t t = 0; t < counts.size(); ++t) {
+      lists_[t].word.store(static_cast<uint64_t>(counts[t]), std::memory_order_relaxed);
+    }
+  }
+  WorkClaims(const WorkClaims&) = delete;
+  WorkClaims& operator=(const WorkClaims&) = delete;
+
+  // The next unit for `thread`: the front of its own list, else the back of the next non-empty
+  // list after it; false when every list is empty. Sets *owner and *index (the unit's list and
+  // its position there).
+  bool Claim(int thread, int* owner, int64_t* index) {
+    const int n = static_cast<int>(lists_.size());
+    for (int i = 0; i < n; ++i) {
+      const int t = (thread + i) % n;
+      std::atomic<uint64_t>& word = lists_[static_cast<size_t>(t)].word;
+      uint64_t v = word.load(std::memory_order_relaxed);
+      while (true) {
+        const uint64_t front = v >> 32, back = v & 0xffffffffu;
+        if (front >= back) break;
+        const bool own = i == 0;
+        if (word.compare_exchange_weak(v, own ? v + (uint64_t{1} << 32) : v - 1,
+                                       std::memory_order_relaxed)) {
+          *owner = t;
+          *index = static_cast<int64_t>(own ? front : back - 1);
+          return true;
+        }
+      }
+    }
+    return false;
+  }
+
+  // Whether unit `index` of `owner`'s list is still unclaimed (a hint: it may be claimed at any
+  // moment after).
+  bool Unclaimed(int owner, int64_t index) const {
+    const uint64_t v = lists_[static_cast<size_t>(owner)].word.load(std::memory_order_relaxed);
+    const auto i = static_cast<uint64_t>(index);
+    return index >= 0 && i >= (v >> 32) && i < (v & 0xffffffffu);
+  }
+
+ private:
+  struct alignas(64) List {
+    std::atomic<uint64_t> word{0};
+  };
+  std::vector<List> lists_;
+};
+
+}  // namespace loom::cpu
