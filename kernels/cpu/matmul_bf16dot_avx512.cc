@@ -14,8 +14,9 @@
 // in f32 in increasing pair order within a k block. The error is x's rounding to bf16 (relative
 // 2^-9 per element), as for the AMX path at this precision.
 //
-// Loop nest per thread and weight, as in matmul_panel_inl.h (whose workspace layout and write-out
-// it shares): m0 (mc tokens) > n0 (nc rows) > k0 (kc) > panel > kNr rows.
+// Work split and loop nest as in matmul_panel_inl.h (whose workspace layout, write-out and
+// stealing schedule it shares): units of mc tokens × nc rows, m0 > n0 in each thread's share,
+// k0 (kc) > panel > kNr rows inside a unit.
 //
 // Block-quantized weights (q8_0 ... q6_k) take the same tiles: each block of weight rows is
 // dequantized exactly (as ref::DequantizeRow) and rounded to bf16 as it is packed, once per mc
@@ -289,8 +290,9 @@ void PairsTile(const uint32_t* xt, const uint32_t* w, int64_t num_pairs, float* 
   }
 }
 
-void PairsRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begin,
-               int64_t row_end, const uint32_t* x_panels, float* thread_buffer) {
+// One unit of the rows' work (PanelUnit, matmul_panel_inl.h); `next` as in RunPanelUnit.
+void PairsUnit(const MatmulInput& x, const MatmulProjection& p, const PanelUnit& unit,
+               const PanelUnit* next, const uint32_t* x_panels, float* thread_buffer) {
   const PanelBlocking& b = kBlocking;
   const int64_t pairs = (x.k + 1) / 2;
   const int64_t block_pairs = b.kc / 2;
@@ -298,46 +300,45 @@ void PairsRows(const MatmulInput& x, const MatmulProjection& p, int64_t row_begi
   float* quant_scratch = thread_buffer + b.nc * b.kc / 2;
   float* acc = thread_buffer + b.nc * b.kc;
   const bool quantized = p.dtype != DType::kBF16;
-  for (int64_t m0 = 0; m0 < x.m; m0 += b.mc) {
-    const int64_t m1 = MinOf(x.m, m0 + b.mc);
-    const int64_t panels = (m1 - m0 + kPanel - 1) / kPanel;
-    for (int64_t n0 = row_begin; n0 < row_end; n0 += b.nc) {
-      const int64_t rows = MinOf(b.nc, row_end - n0);
-      const int64_t groups = (rows + kNr - 1) / kNr;
-      for (int64_t q0 = 0; q0 < pairs; q0 += block_pairs) {
-        const int64_t num_pairs = MinOf(block_pairs, pairs - q0);
-        if (quantized) {
-          PackQuantWeightBlock(p, x.k, n0, rows, q0, num_pairs, quant_scratch, block);
+  const int64_t m0 = unit.m0;
+  const int64_t m1 = MinOf(x.m, m0 + b.mc);
+  const int64_t panels = (m1 - m0 + kPanel - 1) / kPanel;
+  const int64_t n0 = unit.n0;
+  const int64_t rows = unit.rows;
+  const int64_t groups = (rows + kNr - 1) / kNr;
+  const bool next_same = next != nullptr && next->projection == unit.projection;
+  for (int64_t q0 = 0; q0 < pairs; q0 += block_pairs) {
+    const int64_t num_pairs = MinOf(block_pairs, pairs - q0);
+    if (quantized) {
+      PackQuantWeightBlock(p, x.k, n0, rows, q0, num_pairs, quant_scratch, block);
+    } else {
+      PackWeightBlock(p, x.k, n0, rows, q0, num_pairs, block);
+    }
+    // The block after this one, the next k block of these rows or else the next unit's first,
+    // is prefetched a share of rows per panel (as the FMA panels do): without it the pack waits
+    // on DRAM for each row's few lines in turn.
+    const bool next_k = q0 + block_pairs < pairs;
+    const int64_t next_n0 = next_k ? n0 : next_same ? next->n0 : 0;
+    const int64_t next_q0 = next_k ? q0 + block_pairs : 0;
+    const int64_t next_rows = next_k ? rows : next_same ? next->rows : 0;
+    const int64_t next_len = MinOf(b.kc, x.k - 2 * next_q0);
+    for (int64_t i = m0; i < m1; i += kPanel) {
+      const uint32_t* xt = x_panels + (i / kPanel) * kPanel * pairs + q0 * kPanel;
+      const int64_t panel = (i - m0) / kPanel;
+      PrefetchRows(p, x.k, next_n0, panel * next_rows / panels, (panel + 1) * next_rows / panels,
+                   2 * next_q0, next_len);
+      for (int64_t g = 0; g < groups; ++g) {
+        float* acc_tile = acc + g * kNr * b.mc + (i - m0);
+        const uint32_t* w = block + g * num_pairs * kNr;
+        if (m1 - i > 16) {
+          PairsTile<2>(xt, w, num_pairs, acc_tile, b.mc, q0 == 0);
         } else {
-          PackWeightBlock(p, x.k, n0, rows, q0, num_pairs, block);
-        }
-        // The block after this one, the next k block of these rows or else the next rows' first,
-        // is prefetched a share of rows per panel (as the FMA panels do): without it the pack
-        // waits on DRAM for each row's few lines in turn.
-        const bool next_k = q0 + block_pairs < pairs;
-        const int64_t next_n0 = next_k ? n0 : n0 + b.nc;
-        const int64_t next_q0 = next_k ? q0 + block_pairs : 0;
-        const int64_t next_rows = next_n0 < row_end ? MinOf(b.nc, row_end - next_n0) : 0;
-        const int64_t next_len = MinOf(b.kc, x.k - 2 * next_q0);
-        for (int64_t i = m0; i < m1; i += kPanel) {
-          const uint32_t* xt = x_panels + (i / kPanel) * kPanel * pairs + q0 * kPanel;
-          const int64_t panel = (i - m0) / kPanel;
-          PrefetchRows(p, x.k, next_n0, panel * next_rows / panels,
-                       (panel + 1) * next_rows / panels, 2 * next_q0, next_len);
-          for (int64_t g = 0; g < groups; ++g) {
-            float* acc_tile = acc + g * kNr * b.mc + (i - m0);
-            const uint32_t* w = block + g * num_pairs * kNr;
-            if (m1 - i > 16) {
-              PairsTile<2>(xt, w, num_pairs, acc_tile, b.mc, q0 == 0);
-            } else {
-              PairsTile<1>(xt, w, num_pairs, acc_tile, b.mc, q0 == 0);
-            }
-          }
+          PairsTile<1>(xt, w, num_pairs, acc_tile, b.mc, q0 == 0);
         }
       }
-      WriteBlock(p, n0, rows, m0, m1, acc, b.mc);
     }
   }
+  WriteBlock(p, n0, rows, m0, m1, acc, b.mc);
 }
 
 // ---- GEMV ----
@@ -452,13 +453,15 @@ void GemmBf16DotAvx512(const GroupArgs& args, ThreadPool& pool) {
   pool.ParallelFor((args.x.m + kPanel - 1) / kPanel, [&](int64_t begin, int64_t end, int) {
     for (int64_t p = begin; p < end; ++p) PackPairsPanel(args.x, p, x_panels + p * kPanel * pairs);
   });
-  const int64_t num_units = CountRowUnits(args.projections, kNr);
-  pool.ParallelFor(num_units, [&](int64_t unit_begin, int64_t unit_end, int thread) {
+  // Units handed out with stealing at the end, as in RunPanelGroup.
+  PanelSchedule schedule(args.projections, args.x.m, kNr, kBlocking, pool.num_threads());
+  pool.RunOnAllThreads([&](int64_t, int64_t, int thread) {
     float* buffer = ws.thread_buffers + thread * (ws.block_floats + ws.acc_floats);
-    ForEachRowRange(args.projections, kNr, unit_begin, unit_end,
-                    [&](const MatmulProjection& p, int64_t row_begin, int64_t row_end) {
-                      PairsRows(args.x, p, row_begin, row_end, x_panels, buffer);
-                    });
+    const PanelUnit* next = nullptr;
+    while (const PanelUnit* unit = schedule.Claim(thread, &next)) {
+      PairsUnit(args.x, args.projections[static_cast<size_t>(unit->projection)], *unit, next,
+                x_panels, buffer);
+    }
   });
 }
 

@@ -315,40 +315,46 @@ TEST_P(MatmulIsaTest, GroupMatchesSeparateReferences) {
 TEST_P(MatmulIsaTest, GemmIsThreadCountInvariant) {
   const Isa isa = GetParam();
   if (!IsaSupported(isa)) GTEST_SKIP() << IsaName(isa) << " is not supported by this CPU";
-  const MatmulOptions options{MatmulPrecision::kHighest, MatmulPath::kGemm, isa};
-  std::mt19937 rng(5);
   const int64_t m = 300, k = 768;
   const int64_t ns[3] = {400, 130, 97};
-  const DType dtypes[3] = {DType::kBF16, DType::kF16, DType::kF32};
-  const std::vector<float> x = MakeX(m, k, k, rng);
-  std::vector<Weight> weights;
-  for (int p = 0; p < 3; ++p) weights.push_back(MakeWeight(dtypes[p], ns[p], k, rng));
-  std::vector<std::vector<float>> first;
-  for (int threads : {1, 2, 3, 2, 3}) {
-    std::vector<std::vector<float>> ys;
-    std::vector<MatmulProjection> projections;
-    for (int p = 0; p < 3; ++p) ys.emplace_back(static_cast<size_t>(m * ns[p]), std::nanf(""));
-    for (int p = 0; p < 3; ++p) {
-      projections.push_back({weights[p].data, dtypes[p], ns[p], nullptr, ys[p].data(), ns[p]});
-    }
-    std::vector<uint8_t> ws = Workspace(m, k, threads, options);
-    ASSERT_EQ(
-        MatmulGroup({x.data(), m, k, k}, projections, Pool(threads), ws.data(), ws.size(), options),
-        MatmulStatus::kOk);
-    if (first.empty()) {
+  // kBf16 on AVX-512 takes the vdpbf16ps panels (bf16 weights only).
+  for (MatmulPrecision precision : {MatmulPrecision::kHighest, MatmulPrecision::kBf16}) {
+    const MatmulOptions options{precision, MatmulPath::kGemm, isa};
+    const bool bf16 = precision == MatmulPrecision::kBf16;
+    const DType dtypes[3] = {DType::kBF16, bf16 ? DType::kBF16 : DType::kF16,
+                             bf16 ? DType::kBF16 : DType::kF32};
+    std::mt19937 rng(5);
+    const std::vector<float> x = MakeX(m, k, k, rng);
+    std::vector<Weight> weights;
+    for (int p = 0; p < 3; ++p) weights.push_back(MakeWeight(dtypes[p], ns[p], k, rng));
+    std::vector<std::vector<float>> first;
+    for (int threads : {1, 2, 3, 2, 3}) {
+      std::vector<std::vector<float>> ys;
+      std::vector<MatmulProjection> projections;
+      for (int p = 0; p < 3; ++p) ys.emplace_back(static_cast<size_t>(m * ns[p]), std::nanf(""));
       for (int p = 0; p < 3; ++p) {
-        std::vector<float> want(static_cast<size_t>(m * ns[p]));
-        ref::Matmul(x.data(), m, k, k, weights[p].data, dtypes[p], ns[p], nullptr, want.data(),
-                    ns[p]);
-        ExpectNear(ys[p], want, Scale(x, m, k, k, weights[p], ns[p], nullptr), m, ns[p], ns[p],
-                   kExactTolerance, "projection " + std::to_string(p));
+        projections.push_back({weights[p].data, dtypes[p], ns[p], nullptr, ys[p].data(), ns[p]});
       }
-      first = ys;
-      continue;
-    }
-    for (int p = 0; p < 3; ++p) {
-      ASSERT_EQ(0, std::memcmp(ys[p].data(), first[p].data(), ys[p].size() * sizeof(float)))
-          << "projection " << p << " threads=" << threads;
+      std::vector<uint8_t> ws = Workspace(m, k, threads, options);
+      ASSERT_EQ(MatmulGroup({x.data(), m, k, k}, projections, Pool(threads), ws.data(), ws.size(),
+                            options),
+                MatmulStatus::kOk);
+      if (first.empty()) {
+        for (int p = 0; p < 3; ++p) {
+          std::vector<float> want(static_cast<size_t>(m * ns[p]));
+          ref::Matmul(x.data(), m, k, k, weights[p].data, dtypes[p], ns[p], nullptr, want.data(),
+                      ns[p]);
+          ExpectNear(ys[p], want, Scale(x, m, k, k, weights[p], ns[p], nullptr), m, ns[p], ns[p],
+                     bf16 ? kBf16Tolerance : kExactTolerance,
+                     "projection " + std::to_string(p) + (bf16 ? " bf16" : ""));
+        }
+        first = ys;
+        continue;
+      }
+      for (int p = 0; p < 3; ++p) {
+        ASSERT_EQ(0, std::memcmp(ys[p].data(), first[p].data(), ys[p].size() * sizeof(float)))
+            << "projection " << p << " threads=" << threads << (bf16 ? " bf16" : "");
+      }
     }
   }
 }
