@@ -6,6 +6,8 @@
 //
 // Each list's state is one 64-bit word, front index in the high half and back index in the low
 // half, changed by compare-and-swap: a unit is claimed exactly once, by its owner or by a thief.
+// Claim and Unclaimed may be called from any number of threads at once; the lists are fixed at
+// construction.
 #pragma once
 
 #include <atomic>
