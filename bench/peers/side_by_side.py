@@ -308,7 +308,9 @@ def main():
 
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], text=True,
                             capture_output=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", ROOT, "diff", "--quiet"]).returncode != 0
+    # Uncommitted results or other text does not change what ran: only the rest marks the run.
+    dirty = subprocess.run(["git", "-C", ROOT, "diff", "--quiet", "HEAD", "--", ".",
+                            ":(exclude)bench/results", ":(exclude)*.md"]).returncode != 0
     doc = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "loom_commit": commit + ("-dirty" if dirty else ""),
