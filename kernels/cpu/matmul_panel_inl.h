@@ -33,7 +33,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <span>
 #include <vector>
 
@@ -340,43 +339,52 @@ class PanelSchedule {
  public:
   PanelSchedule(std::span<const MatmulProjection> projections, int64_t m, int64_t unit_rows,
                 const PanelBlocking& b, int num_threads)
-      : units_(static_cast<size_t>(num_threads)) {
-    const int64_t num_row_units = CountRowUnits(projections, unit_rows);
-    std::vector<int64_t> counts;
-    for (int t = 0; t < num_threads; ++t) {
-      const int64_t begin = num_row_units * t / num_threads;
-      const int64_t end = num_row_units * (t + 1) / num_threads;
-      std::vector<PanelUnit>& list = units_[static_cast<size_t>(t)];
-      ForEachRowRange(projections, unit_rows, begin, end,
-                      [&](const MatmulProjection& p, int64_t row_begin, int64_t row_end) {
-                        const auto index = static_cast<int32_t>(&p - projections.data());
-                        for (int64_t m0 = 0; m0 < m; m0 += b.mc) {
-                          for (int64_t n0 = row_begin; n0 < row_end; n0 += b.nc) {
-                            list.push_back({index, m0, n0, MinOf(b.nc, row_end - n0)});
-                          }
-                        }
-                      });
-      counts.push_back(static_cast<int64_t>(list.size()));
-    }
-    claims_ = std::make_unique<WorkClaims>(counts);
-  }
+      : units_(SplitUnits(projections, m, unit_rows, b, num_threads)), claims_(Counts(units_)) {}
 
   // The next unit for `thread` (null when none is left), and in *next the unit after it in the
   // same list if that is the thread's own and still unclaimed (null otherwise).
   const PanelUnit* Claim(int thread, const PanelUnit** next) {
     int owner = 0;
     int64_t index = 0;
-    if (!claims_->Claim(thread, &owner, &index)) return nullptr;
+    if (!claims_.Claim(thread, &owner, &index)) return nullptr;
     const std::vector<PanelUnit>& list = units_[static_cast<size_t>(owner)];
-    *next = owner == thread && claims_->Unclaimed(owner, index + 1)
+    *next = owner == thread && claims_.Unclaimed(owner, index + 1)
                 ? &list[static_cast<size_t>(index + 1)]
                 : nullptr;
     return &list[static_cast<size_t>(index)];
   }
 
  private:
+  static std::vector<std::vector<PanelUnit>> SplitUnits(
+      std::span<const MatmulProjection> projections, int64_t m, int64_t unit_rows,
+      const PanelBlocking& b, int num_threads) {
+    std::vector<std::vector<PanelUnit>> units(static_cast<size_t>(num_threads));
+    const int64_t num_row_units = CountRowUnits(projections, unit_rows);
+    for (int t = 0; t < num_threads; ++t) {
+      ForEachRowRange(projections, unit_rows, num_row_units * t / num_threads,
+                      num_row_units * (t + 1) / num_threads,
+                      [&](const MatmulProjection& p, int64_t row_begin, int64_t row_end) {
+                        const auto index = static_cast<int32_t>(&p - projections.data());
+                        for (int64_t m0 = 0; m0 < m; m0 += b.mc) {
+                          for (int64_t n0 = row_begin; n0 < row_end; n0 += b.nc) {
+                            units[static_cast<size_t>(t)].push_back(
+                                {index, m0, n0, MinOf(b.nc, row_end - n0)});
+                          }
+                        }
+                      });
+    }
+    return units;
+  }
+  static std::vector<int64_t> Counts(const std::vector<std::vector<PanelUnit>>& units) {
+    std::vector<int64_t> counts;
+    for (const std::vector<PanelUnit>& list : units) {
+      counts.push_back(static_cast<int64_t>(list.size()));
+    }
+    return counts;
+  }
+
   std::vector<std::vector<PanelUnit>> units_;
-  std::unique_ptr<WorkClaims> claims_;
+  WorkClaims claims_;
 };
 
 // The whole group: pack x^T (one parallel region), then the rows (a second one).

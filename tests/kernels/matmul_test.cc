@@ -309,9 +309,9 @@ TEST_P(MatmulIsaTest, GroupMatchesSeparateReferences) {
 }
 
 // The GEMM path hands its units out with stealing (kernels/cpu/work_claims.h): the output is the
-// same to the bit whichever thread ran which unit, for any thread count (more threads than cores
-// here, so threads are descheduled and others take their last units). Several token blocks, k
-// blocks and row blocks per projection, mixed dtypes.
+// same to the bit whichever thread ran which unit, for any thread count (with more threads than
+// cores, as on the 2-core CI machine, threads are descheduled and others take their last units).
+// Several token blocks, k blocks and row blocks per projection, mixed dtypes.
 TEST_P(MatmulIsaTest, GemmIsThreadCountInvariant) {
   const Isa isa = GetParam();
   if (!IsaSupported(isa)) GTEST_SKIP() << IsaName(isa) << " is not supported by this CPU";
