@@ -18,7 +18,10 @@
 // 32 weights are decoded and dequantized in registers (DequantizeGroup: widen, scale, add the
 // bias), then every one of the tile's kMr x rows takes 32 / kLanes FMAs, as for an f32 weight.
 // The dequantized values are those of ref::DequantizeRow, so only the summation order differs
-// from the reference. The weight bytes are read from memory once; x stays in L1/L2.
+// from the reference. The weight bytes are read from memory once; x stays in L1/L2. With one x
+// row, where the level says so (T::kQuantFactoredM1, AVX2), QuantDotRowFactored multiplies x by
+// the codes q and applies each group's scale and bias to the sums instead: the same value up to
+// f32 rounding, with fewer instructions per weight.
 //
 // GEMM (QuantWidenRows, large m): the panel kernel of matmul_panel_inl.h, whose per-thread weight
 // block is filled here by the same DequantizeGroup, kc a whole number of blocks.
@@ -305,6 +308,100 @@ inline void QuantDotTile(const float* const* x_rows, const uint8_t* const* w_row
   }
 }
 
+// The group sums of one x row: sums[g] = x[32g] + ... + x[32g + 31], g < k / 32.
+template <class T>
+inline void GroupSums(const float* x, int64_t k, float* sums) {
+  using V = typename T::V;
+  constexpr int kVecs = 32 / T::kLanes;
+  for (int64_t g = 0; g < k / 32; ++g) {
+    V s = T::LoadX(x + 32 * g);
+#pragma GCC unroll 4
+    for (int v = 1; v < kVecs; ++v) s = T::Add(s, T::LoadX(x + 32 * g + v * T::kLanes));
+    sums[g] = T::ReduceAdd(s);
+  }
+}
+
+// One x row (m = 1) by kNr weight rows, with each group's scale taken out of its dot product:
+//   sum_l x[l] * (scale * (q[l] + kOffset) + bias)
+//     = scale * sum_l x[l] * q[l] + (kOffset * scale + bias) * sum_l x[l]
+// (one scale per 16 elements where the format splits them; no format has both a split scale and
+// an offset or a bias). Per group and weight row: the decode, one multiply or FMA per vector of
+// q, one FMA for the scale, and for the constant term one FMA of (c, 0, ..., 0) against the
+// group's sum of x (the k-quants: one per block, their 8 biases against 8 sums lane by lane).
+// QuantDotTile instead dequantizes first, a multiply and for a bias an add per vector more; at
+// m = 1 nothing shares that work, and the loop is bound by its instructions, not by the weight
+// bytes (bench/results/cpu_matmul_quant.md, "Scales out of the m = 1 dot products").
+// x_sums holds GroupSums of x. The result differs from QuantDotTile's only by f32 rounding.
+template <class T, class F, int kNr>
+inline void QuantDotRowFactored(const float* x, const float* x_sums, const uint8_t* const* w_rows,
+                                int64_t num_blocks, float* out) {
+  using V = typename T::V;
+  constexpr int kVecs = 32 / T::kLanes;
+  constexpr int kHalf = kVecs / 2;
+  constexpr bool kConstant = F::kOffset != 0 || F::kHasBias;
+  static_assert(!F::kSplitScale || !kConstant);
+  V acc[kNr];
+#pragma GCC unroll 32
+  for (int r = 0; r < kNr; ++r) acc[r] = T::Zero();
+  for (int64_t blk = 0; blk < num_blocks; ++blk) {
+    BlockScales<F::kGroups> scales[kNr];
+    const uint8_t* block[kNr];
+#pragma GCC unroll 32
+    for (int r = 0; r < kNr; ++r) {
+      block[r] = w_rows[r] + blk * F::kBlockBytes;
+      F::LoadScales(block[r], &scales[r]);
+    }
+    const int64_t k0 = blk * F::kBlockElems;
+    if constexpr (F::kHasBias && F::kGroups % T::kLanes == 0) {
+      // The biases of whole vectors of groups against their sums of x, lane by lane.
+#pragma GCC unroll 32
+      for (int r = 0; r < kNr; ++r) {
+#pragma GCC unroll 8
+        for (int g = 0; g < F::kGroups; g += T::kLanes) {
+          acc[r] = T::Fma(T::LoadX(scales[r].bias + g), T::LoadX(x_sums + k0 / 32 + g), acc[r]);
+        }
+      }
+    }
+#pragma GCC unroll 8
+    for (int g = 0; g < F::kGroups; ++g) {
+      const float* xg = x + k0 + 32 * g;
+#pragma GCC unroll 32
+      for (int r = 0; r < kNr; ++r) {
+        V q[kVecs];
+        T::template DecodeGroup<F>(block[r], g, q);
+        V lo = T::Mul(T::LoadX(xg), q[0]);
+#pragma GCC unroll 4
+        for (int v = 1; v < kHalf; ++v) lo = T::Fma(T::LoadX(xg + v * T::kLanes), q[v], lo);
+        V hi = T::Mul(T::LoadX(xg + kHalf * T::kLanes), q[kHalf]);
+#pragma GCC unroll 4
+        for (int v = kHalf + 1; v < kVecs; ++v) {
+          hi = T::Fma(T::LoadX(xg + v * T::kLanes), q[v], hi);
+        }
+        if constexpr (F::kSplitScale) {
+          acc[r] = T::Fma(lo, T::Set1(scales[r].scale[2 * g]), acc[r]);
+          acc[r] = T::Fma(hi, T::Set1(scales[r].scale[2 * g + 1]), acc[r]);
+        } else {
+          acc[r] = T::Fma(T::Add(lo, hi), T::Set1(scales[r].scale[2 * g]), acc[r]);
+        }
+        if constexpr (kConstant) {
+          // The constant term through lane 0 of the same accumulator: (c, 0, ..., 0) times
+          // the group sum of x in every lane.
+          const V sum = T::Broadcast(x_sums + k0 / 32 + g);
+          if constexpr (F::kOffset != 0) {
+            const float c = float{F::kOffset} * scales[r].scale[2 * g];
+            acc[r] = T::Fma(T::Lane0(&c), sum, acc[r]);
+          }
+          if constexpr (F::kHasBias && F::kGroups % T::kLanes != 0) {
+            acc[r] = T::Fma(T::Lane0(&scales[r].bias[g]), sum, acc[r]);
+          }
+        }
+      }
+    }
+  }
+#pragma GCC unroll 32
+  for (int r = 0; r < kNr; ++r) out[r] = T::ReduceAdd(acc[r]);
+}
+
 // One tile: x rows [i, i + kMr) by the weight rows first, first + step, ... (< end; rows past it
 // repeat `first` and are not stored), all of k.
 template <class T, class F, int kMr, int kNr>
@@ -333,6 +430,26 @@ void QuantGemvTile(const MatmulInput& x, const MatmulProjection& p, int64_t i, i
   }
 }
 
+// The weight rows n = first, first + step, ... (< end) of y[0] for one x row, from QuantDotRowFactored.
+template <class T, class F, int kNr>
+void QuantGemvTileFactored(const MatmulInput& x, const float* x_sums, const MatmulProjection& p,
+                           int64_t first, int64_t step, int64_t end) {
+  const int64_t row_bytes = DTypeRowBytes(F::kDType, x.k);
+  const auto* w = static_cast<const uint8_t*>(p.weight);
+  const uint8_t* w_rows[kNr];
+#pragma GCC unroll 32
+  for (int r = 0; r < kNr; ++r) {
+    const int64_t n = first + r * step < end ? first + r * step : first;
+    w_rows[r] = w + n * row_bytes;
+  }
+  float out[kNr];
+  QuantDotRowFactored<T, F, kNr>(x.data, x_sums, w_rows, x.k / F::kBlockElems, out);
+  for (int r = 0; r < kNr && first + r * step < end; ++r) {
+    const int64_t n = first + r * step;
+    p.y[n] = p.bias != nullptr ? out[r] + p.bias[n] : out[r];
+  }
+}
+
 // QuantGemvTile with the x row count mr <= kMrMax chosen at run time.
 template <class T, class F, int kMrMax, int kNr>
 void QuantGemvTileRows(int mr, const MatmulInput& x, const MatmulProjection& p, int64_t i,
@@ -350,6 +467,19 @@ template <class T, class F, int kMrMax, int kNr>
 void QuantGemvRowsOf(const MatmulInput& x, const MatmulProjection& p, int64_t row_begin,
                      int64_t row_end) {
   const int64_t step = (row_end - row_begin + kNr - 1) / kNr;
+  if constexpr (kMrMax == 1 && T::kQuantFactoredM1) {
+    // One x row: the factored dot products, with the group sums of x on the stack (k up to
+    // 32 * kMaxGroups; a longer row takes the dequantizing tile).
+    constexpr int64_t kMaxGroups = 2048;
+    if (x.k <= 32 * kMaxGroups) {
+      float x_sums[kMaxGroups];
+      GroupSums<T>(x.data, x.k, x_sums);
+      for (int64_t j = 0; j < step; ++j) {
+        QuantGemvTileFactored<T, F, kNr>(x, x_sums, p, row_begin + j, step, row_end);
+      }
+      return;
+    }
+  }
   for (int64_t j = 0; j < step; ++j) {
     for (int64_t i = 0; i < x.m; i += kMrMax) {
       const int mr = static_cast<int>(x.m - i < kMrMax ? x.m - i : kMrMax);
