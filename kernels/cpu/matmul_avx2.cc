@@ -30,7 +30,6 @@ struct Avx2 {
   static V LoadX(const float* p) { return _mm256_loadu_ps(p); }
   static V Add(V a, V b) { return _mm256_add_ps(a, b); }
   static V Broadcast(const float* p) { return _mm256_broadcast_ss(p); }
-  static V Lane0(const float* p) { return _mm256_zextps128_ps256(_mm_load_ss(p)); }  // (*p, 0, ...)
   static void Store(float* p, V v) { _mm256_storeu_ps(p, v); }
   static __m256i LaneMask(int count) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(count), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));

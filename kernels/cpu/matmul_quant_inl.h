@@ -308,16 +308,47 @@ inline void QuantDotTile(const float* const* x_rows, const uint8_t* const* w_row
   }
 }
 
-// The group sums of one x row: sums[g] = x[32g] + ... + x[32g + 31], g < k / 32.
-template <class T>
-inline void GroupSums(const float* x, int64_t k, float* sums) {
+// Factored one-row GEMV (QuantDotRowFactored): formats of one group per block (q8_0, q4_0,
+// q4_1) read their f16 header with one conversion on 8-lane vectors: (d, m, 0, 0) for q4_1, (d,
+// 0, 0, 0) for the others. Going through BlockScales (a conversion per value, stored and loaded
+// back) cost q4_1 a fifth of its speed.
+template <class T, class F>
+constexpr bool kHeaderPair = F::kGroups == 1 && T::kLanes == 8;
+
+template <class F>
+inline __m128 HeaderPs(const uint8_t* block) {
+  if constexpr (F::kHasBias) {
+    uint32_t bits;
+    std::memcpy(&bits, block, sizeof(bits));
+    return _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(bits)));
+  } else {
+    uint16_t bits;
+    std::memcpy(&bits, block, sizeof(bits));
+    return _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
+  }
+}
+
+// What QuantDotRowFactored needs of one x row for the constant terms of format F: nothing for
+// formats without an offset or bias; for header-pair formats, per group g the pair
+// (kOffset * X_g, X_g or 0 without a bias), X_g = x[32g] + ... + x[32g + 31], to meet
+// HeaderPs's (d, m); else X_g per group (at most 2 k / 32 floats).
+template <class T, class F>
+inline void GroupConstants(const float* x, int64_t k, float* out) {
   using V = typename T::V;
   constexpr int kVecs = 32 / T::kLanes;
-  for (int64_t g = 0; g < k / 32; ++g) {
-    V s = T::LoadX(x + 32 * g);
+  if constexpr (F::kOffset != 0 || F::kHasBias) {
+    for (int64_t g = 0; g < k / 32; ++g) {
+      V s = T::LoadX(x + 32 * g);
 #pragma GCC unroll 4
-    for (int v = 1; v < kVecs; ++v) s = T::Add(s, T::LoadX(x + 32 * g + v * T::kLanes));
-    sums[g] = T::ReduceAdd(s);
+      for (int v = 1; v < kVecs; ++v) s = T::Add(s, T::LoadX(x + 32 * g + v * T::kLanes));
+      const float sum = T::ReduceAdd(s);
+      if constexpr (kHeaderPair<T, F>) {
+        out[2 * g] = float{F::kOffset} * sum;  // exact: a power of two
+        out[2 * g + 1] = F::kHasBias ? sum : 0.0f;
+      } else {
+        out[g] = sum;
+      }
+    }
   }
 }
 
@@ -326,20 +357,23 @@ inline void GroupSums(const float* x, int64_t k, float* sums) {
 //     = scale * sum_l x[l] * q[l] + (kOffset * scale + bias) * sum_l x[l]
 // (one scale per 16 elements where the format splits them; no format has both a split scale and
 // an offset or a bias). Per group and weight row: the decode, one multiply or FMA per vector of
-// q, one FMA for the scale, and for the constant term one FMA of (c, 0, ..., 0) against the
-// group's sum of x (the k-quants: one per block, their 8 biases against 8 sums lane by lane).
-// QuantDotTile instead dequantizes first, a multiply and for a bias an add per vector more; at
+// q, one FMA for the scale, and one FMA for the constant term: (d, m, 0, ...) against the
+// group's (kOffset * X, X) pair for q4_0 / q4_1, and for the k-quants one per block, their 8
+// biases against the 8 group sums lane by lane (`constants` is GroupConstants of x).
+// QuantDotTile instead dequantizes first: a multiply and for a bias an add per vector more. At
 // m = 1 nothing shares that work, and the loop is bound by its instructions, not by the weight
-// bytes (bench/results/cpu_matmul_quant.md, "Scales out of the m = 1 dot products").
-// x_sums holds GroupSums of x. The result differs from QuantDotTile's only by f32 rounding.
+// bytes (bench/results/cpu_matmul_quant.md, "Scales out of the m = 1 dot products"). The result
+// differs from QuantDotTile's only by f32 rounding.
 template <class T, class F, int kNr>
-inline void QuantDotRowFactored(const float* x, const float* x_sums, const uint8_t* const* w_rows,
-                                int64_t num_blocks, float* out) {
+inline void QuantDotRowFactored(const float* x, const float* constants,
+                                const uint8_t* const* w_rows, int64_t num_blocks, float* out) {
   using V = typename T::V;
   constexpr int kVecs = 32 / T::kLanes;
   constexpr int kHalf = kVecs / 2;
   constexpr bool kConstant = F::kOffset != 0 || F::kHasBias;
+  constexpr bool kPair = kHeaderPair<T, F>;
   static_assert(!F::kSplitScale || !kConstant);
+  static_assert(!kConstant || kPair || F::kGroups % T::kLanes == 0);
   V acc[kNr];
 #pragma GCC unroll 32
   for (int r = 0; r < kNr; ++r) acc[r] = T::Zero();
@@ -349,16 +383,17 @@ inline void QuantDotRowFactored(const float* x, const float* x_sums, const uint8
 #pragma GCC unroll 32
     for (int r = 0; r < kNr; ++r) {
       block[r] = w_rows[r] + blk * F::kBlockBytes;
-      F::LoadScales(block[r], &scales[r]);
+      if constexpr (!kPair) F::LoadScales(block[r], &scales[r]);
     }
     const int64_t k0 = blk * F::kBlockElems;
-    if constexpr (F::kHasBias && F::kGroups % T::kLanes == 0) {
+    if constexpr (kConstant && !kPair) {
       // The biases of whole vectors of groups against their sums of x, lane by lane.
 #pragma GCC unroll 32
       for (int r = 0; r < kNr; ++r) {
 #pragma GCC unroll 8
         for (int g = 0; g < F::kGroups; g += T::kLanes) {
-          acc[r] = T::Fma(T::LoadX(scales[r].bias + g), T::LoadX(x_sums + k0 / 32 + g), acc[r]);
+          acc[r] =
+              T::Fma(T::LoadX(scales[r].bias + g), T::LoadX(constants + k0 / 32 + g), acc[r]);
         }
       }
     }
@@ -377,23 +412,19 @@ inline void QuantDotRowFactored(const float* x, const float* x_sums, const uint8
         for (int v = kHalf + 1; v < kVecs; ++v) {
           hi = T::Fma(T::LoadX(xg + v * T::kLanes), q[v], hi);
         }
-        if constexpr (F::kSplitScale) {
+        if constexpr (kPair) {
+          const __m128 header = HeaderPs<F>(block[r]);
+          acc[r] = T::Fma(T::Add(lo, hi), _mm256_broadcastss_ps(header), acc[r]);
+          if constexpr (kConstant) {
+            const __m128 pair = _mm_castpd_ps(
+                _mm_load_sd(reinterpret_cast<const double*>(constants + 2 * (k0 / 32 + g))));
+            acc[r] = T::Fma(_mm256_zextps128_ps256(header), _mm256_zextps128_ps256(pair), acc[r]);
+          }
+        } else if constexpr (F::kSplitScale) {
           acc[r] = T::Fma(lo, T::Set1(scales[r].scale[2 * g]), acc[r]);
           acc[r] = T::Fma(hi, T::Set1(scales[r].scale[2 * g + 1]), acc[r]);
         } else {
           acc[r] = T::Fma(T::Add(lo, hi), T::Set1(scales[r].scale[2 * g]), acc[r]);
-        }
-        if constexpr (kConstant) {
-          // The constant term through lane 0 of the same accumulator: (c, 0, ..., 0) times
-          // the group sum of x in every lane.
-          const V sum = T::Broadcast(x_sums + k0 / 32 + g);
-          if constexpr (F::kOffset != 0) {
-            const float c = float{F::kOffset} * scales[r].scale[2 * g];
-            acc[r] = T::Fma(T::Lane0(&c), sum, acc[r]);
-          }
-          if constexpr (F::kHasBias && F::kGroups % T::kLanes != 0) {
-            acc[r] = T::Fma(T::Lane0(&scales[r].bias[g]), sum, acc[r]);
-          }
         }
       }
     }
@@ -432,7 +463,7 @@ void QuantGemvTile(const MatmulInput& x, const MatmulProjection& p, int64_t i, i
 
 // The weight rows n = first, first + step, ... (< end) of y[0] for one x row, from QuantDotRowFactored.
 template <class T, class F, int kNr>
-void QuantGemvTileFactored(const MatmulInput& x, const float* x_sums, const MatmulProjection& p,
+void QuantGemvTileFactored(const MatmulInput& x, const float* constants, const MatmulProjection& p,
                            int64_t first, int64_t step, int64_t end) {
   const int64_t row_bytes = DTypeRowBytes(F::kDType, x.k);
   const auto* w = static_cast<const uint8_t*>(p.weight);
@@ -443,7 +474,7 @@ void QuantGemvTileFactored(const MatmulInput& x, const float* x_sums, const Matm
     w_rows[r] = w + n * row_bytes;
   }
   float out[kNr];
-  QuantDotRowFactored<T, F, kNr>(x.data, x_sums, w_rows, x.k / F::kBlockElems, out);
+  QuantDotRowFactored<T, F, kNr>(x.data, constants, w_rows, x.k / F::kBlockElems, out);
   for (int r = 0; r < kNr && first + r * step < end; ++r) {
     const int64_t n = first + r * step;
     p.y[n] = p.bias != nullptr ? out[r] + p.bias[n] : out[r];
@@ -468,14 +499,14 @@ void QuantGemvRowsOf(const MatmulInput& x, const MatmulProjection& p, int64_t ro
                      int64_t row_end) {
   const int64_t step = (row_end - row_begin + kNr - 1) / kNr;
   if constexpr (kMrMax == 1 && T::kQuantFactoredM1) {
-    // One x row: the factored dot products, with the group sums of x on the stack (k up to
+    // One x row: the factored dot products, with GroupConstants of x on the stack (k up to
     // 32 * kMaxGroups; a longer row takes the dequantizing tile).
     constexpr int64_t kMaxGroups = 2048;
     if (x.k <= 32 * kMaxGroups) {
-      float x_sums[kMaxGroups];
-      GroupSums<T>(x.data, x.k, x_sums);
+      float constants[2 * kMaxGroups];
+      GroupConstants<T, F>(x.data, x.k, constants);
       for (int64_t j = 0; j < step; ++j) {
-        QuantGemvTileFactored<T, F, kNr>(x, x_sums, p, row_begin + j, step, row_end);
+        QuantGemvTileFactored<T, F, kNr>(x, constants, p, row_begin + j, step, row_end);
       }
       return;
     }
