@@ -251,6 +251,17 @@ inline void DequantizeGroup(const uint8_t* block, const BlockScales<F::kGroups>&
   }
 }
 
+// Block `blk` of each of the kNr weight rows, and its scales where kScales.
+template <class F, int kNr, bool kScales>
+inline void BlockOfRows(const uint8_t* const* w_rows, int64_t blk, const uint8_t* (&block)[kNr],
+                        BlockScales<F::kGroups> (&scales)[kNr]) {
+#pragma GCC unroll 32
+  for (int r = 0; r < kNr; ++r) {
+    block[r] = w_rows[r] + blk * F::kBlockBytes;
+    if constexpr (kScales) F::LoadScales(block[r], &scales[r]);
+  }
+}
+
 // out[a * kNr + r] = sum_k x_rows[a][k] * w(w_rows[r])[k] over `num_blocks` blocks. Each group of
 // each weight row is dequantized in registers once per tile and then used by all kMr x rows, so
 // the per-x-row work is that of an f32 dot product. With one x row, two accumulators per weight
@@ -273,11 +284,7 @@ inline void QuantDotTile(const float* const* x_rows, const uint8_t* const* w_row
   for (int64_t blk = 0; blk < num_blocks; ++blk) {
     BlockScales<F::kGroups> scales[kNr];
     const uint8_t* block[kNr];
-#pragma GCC unroll 32
-    for (int r = 0; r < kNr; ++r) {
-      block[r] = w_rows[r] + blk * F::kBlockBytes;
-      F::LoadScales(block[r], &scales[r]);
-    }
+    BlockOfRows<F, kNr, true>(w_rows, blk, block, scales);
     const int64_t k0 = blk * F::kBlockElems;
 #pragma GCC unroll 8
     for (int g = 0; g < F::kGroups; ++g) {
@@ -380,11 +387,7 @@ inline void QuantDotRowFactored(const float* x, const float* constants,
   for (int64_t blk = 0; blk < num_blocks; ++blk) {
     BlockScales<F::kGroups> scales[kNr];
     const uint8_t* block[kNr];
-#pragma GCC unroll 32
-    for (int r = 0; r < kNr; ++r) {
-      block[r] = w_rows[r] + blk * F::kBlockBytes;
-      if constexpr (!kPair) F::LoadScales(block[r], &scales[r]);
-    }
+    BlockOfRows<F, kNr, !kPair>(w_rows, blk, block, scales);
     const int64_t k0 = blk * F::kBlockElems;
     if constexpr (kConstant && !kPair) {
       // The biases of whole vectors of groups against their sums of x, lane by lane.
