@@ -42,6 +42,7 @@ struct Migrator::Relay {
   Answer<std::shared_ptr<RequestStream>> stream;  // null: the move was called off
   Answer<bool> first_output;
   std::atomic<bool> client_gone{false};
+  bool forward = false;  // a new request forwarded by dispatch, counted when accepted
 };
 
 Migrator::Migrator(ServingContext& context, std::string instance_id)
@@ -163,6 +164,12 @@ void Migrator::RunRelay(Relay& relay) {
     return;
   }
   relay.accepted.Set(true);
+  if (relay.forward) {
+    // Counted before any output reaches the client, so a client that has seen its stream end
+    // also sees the counter.
+    ++forwarded_;
+    if (ctx_.metrics != nullptr) ctx_.metrics->ObserveForwarded();
+  }
   // Wait for the source to commit (or call the move off).
   std::optional<std::shared_ptr<RequestStream>> stream;
   while (!(stream = relay.stream.Wait(1000)).has_value()) {
@@ -224,6 +231,7 @@ void Migrator::Forward(SchedRequest request, const std::string& address,
   }
   auto relay = std::make_shared<Relay>();
   relay->id = request.id;
+  relay->forward = true;
   AddAuth(relay->call);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -246,9 +254,6 @@ void Migrator::Forward(SchedRequest request, const std::string& address,
       LOOM_LOG(kWarning, "request ", request.id, " could not run at ", address,
                "; running it here");
       ctx_.engine->SubmitTo(std::move(request), std::move(stream));
-    } else if (accepted) {
-      ++forwarded_;
-      if (ctx_.metrics != nullptr) ctx_.metrics->ObserveForwarded();
     }
     std::lock_guard<std::mutex> lock(mu_);
     relays_.erase(relay->id);

@@ -93,8 +93,8 @@ class ServerMetrics {
   // aborted: the request stayed here, failed: it ended with an error) and, when committed,
   // loom_migration_downtime_seconds.
   void ObserveMigration(std::string_view outcome, double downtime_s);
-  // A new request the manager's dispatch sent to another instance (it ran there; this instance
-  // relayed its outputs): loom_requests_forwarded_total.
+  // A new request the manager's dispatch sent to another instance, counted when that instance
+  // accepts it (it runs there; this instance relays its outputs): loom_requests_forwarded_total.
   void ObserveForwarded();
   // The Prometheus text exposition of everything.
   std::string Render() const;
