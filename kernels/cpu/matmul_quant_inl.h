@@ -436,22 +436,29 @@ inline void QuantDotRowFactored(const float* x, const float* constants,
   for (int r = 0; r < kNr; ++r) out[r] = T::ReduceAdd(acc[r]);
 }
 
-// One tile: x rows [i, i + kMr) by the weight rows first, first + step, ... (< end; rows past it
-// repeat `first` and are not stored), all of k.
-template <class T, class F, int kMr, int kNr>
-void QuantGemvTile(const MatmulInput& x, const MatmulProjection& p, int64_t i, int64_t first,
-                   int64_t step, int64_t end) {
-  const int64_t row_bytes = DTypeRowBytes(F::kDType, x.k);
+// The weight rows of a tile: first, first + step, ... (rows at or past `end` repeat `first`).
+template <class F, int kNr>
+inline void TileWeightRows(int64_t k, const MatmulProjection& p, int64_t first, int64_t step,
+                           int64_t end, const uint8_t* (&w_rows)[kNr]) {
+  const int64_t row_bytes = DTypeRowBytes(F::kDType, k);
   const auto* w = static_cast<const uint8_t*>(p.weight);
-  const float* x_rows[kMr];
-  const uint8_t* w_rows[kNr];
-#pragma GCC unroll 32
-  for (int a = 0; a < kMr; ++a) x_rows[a] = x.data + (i + a) * x.stride;
 #pragma GCC unroll 32
   for (int r = 0; r < kNr; ++r) {
     const int64_t n = first + r * step < end ? first + r * step : first;
     w_rows[r] = w + n * row_bytes;
   }
+}
+
+// One tile: x rows [i, i + kMr) by the weight rows first, first + step, ... (< end; rows past it
+// repeat `first` and are not stored), all of k.
+template <class T, class F, int kMr, int kNr>
+void QuantGemvTile(const MatmulInput& x, const MatmulProjection& p, int64_t i, int64_t first,
+                   int64_t step, int64_t end) {
+  const float* x_rows[kMr];
+  const uint8_t* w_rows[kNr];
+#pragma GCC unroll 32
+  for (int a = 0; a < kMr; ++a) x_rows[a] = x.data + (i + a) * x.stride;
+  TileWeightRows<F, kNr>(x.k, p, first, step, end, w_rows);
   float out[kMr * kNr];
   QuantDotTile<T, F, kMr, kNr>(x_rows, w_rows, x.k / F::kBlockElems, out);
 #pragma GCC unroll 32
@@ -464,18 +471,13 @@ void QuantGemvTile(const MatmulInput& x, const MatmulProjection& p, int64_t i, i
   }
 }
 
-// The weight rows n = first, first + step, ... (< end) of y[0] for one x row, from QuantDotRowFactored.
+// The weight rows n = first, first + step, ... (< end) of y[0] for one x row, from
+// QuantDotRowFactored.
 template <class T, class F, int kNr>
 void QuantGemvTileFactored(const MatmulInput& x, const float* constants, const MatmulProjection& p,
                            int64_t first, int64_t step, int64_t end) {
-  const int64_t row_bytes = DTypeRowBytes(F::kDType, x.k);
-  const auto* w = static_cast<const uint8_t*>(p.weight);
   const uint8_t* w_rows[kNr];
-#pragma GCC unroll 32
-  for (int r = 0; r < kNr; ++r) {
-    const int64_t n = first + r * step < end ? first + r * step : first;
-    w_rows[r] = w + n * row_bytes;
-  }
+  TileWeightRows<F, kNr>(x.k, p, first, step, end, w_rows);
   float out[kNr];
   QuantDotRowFactored<T, F, kNr>(x.data, constants, w_rows, x.k / F::kBlockElems, out);
   for (int r = 0; r < kNr && first + r * step < end; ++r) {
