@@ -255,8 +255,14 @@ def main():
     p.add_argument("--core-size", type=int, default=3)
     p.add_argument("--core-boost", type=float, default=8.0)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--layers", type=int, default=0,
+                   help="override the shape's layer count (0: the shape's own), e.g. a few "
+                   "layers of the 8x7B shape that fit in RAM, to compare compute alone")
     args = p.parse_args()
-    weights = Weights(SHAPES[args.shape], args)
+    shape = SHAPES[args.shape]
+    if args.layers > 0:
+        shape = (shape[0], args.layers) + shape[2:]
+    weights = Weights(shape, args)
     if args.format == "safetensors":
         write_safetensors(weights, Path(args.out))
     else:
