@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # loom and llama.cpp side by side on the same GGUF files, on this machine, in one run: prefill of
-# a 512-token prompt and decode at batch 1, decode at batch 8 (64-token prompts), 1 and 2 threads,
+# a 512-token prompt and decode at batch 1 after it, decode at batch 8 (64-token prompts), 1 and 2 threads,
 # alternating the two engines file by file so both see the same machine state. Raw JSON goes to OUT_DIR; loom's JSON
 # includes its bandwidth probe, the decode bytes per step and the fraction of the roofline.
 #
@@ -36,6 +36,12 @@ for file in "$@"; do
   echo "== $name: llama.cpp (llama-bench: prefill $prompt, decode $gen at batch 1)"
   "$bin/llama-bench" -m "$file" -p "$prompt" -n "$gen" -t "$threads" -r "$repeat" -o json \
     >"$out/llamacpp-$name.json"
+  # llama-bench's tg test decodes from an empty context, loom's batch-1 run after its prompt: the
+  # decode that is compared starts at the same depth (the prompt's length) in both engines, and
+  # llama.cpp runs with flash attention off and on (the summary takes the faster).
+  echo "== $name: llama.cpp (llama-bench: decode $gen at batch 1 after $prompt tokens)"
+  "$bin/llama-bench" -m "$file" -p 0 -n "$gen" -d "$prompt" -fa 0,1 -t "$threads" -r "$repeat" -o json \
+    >"$out/llamacpp-depth-$name.json"
   echo "== $name: llama.cpp (llama-batched-bench: decode at batch 1 and 8)"
   for t in ${threads//,/ }; do
     "$bin/llama-batched-bench" -m "$file" -c 4096 -b 2048 -ub 512 -npp 64 -ntg "$gen" \

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Markdown table of a gguf_vs_llamacpp.sh run: loom and llama.cpp per file and thread count,
-prefill and decode tokens/s, loom's decode as a fraction of the bandwidth roofline (quantized bytes
+prefill and decode tokens/s (batch-1 decode after the prompt in both engines when the run has
+llama.cpp's llamacpp-depth-*.json; older runs compared it with llama.cpp's decode from an empty
+context), loom's decode as a fraction of the bandwidth roofline (quantized bytes
 read per step / measured bandwidth) and loom / llama.cpp ratios.
 
     python bench/engine/summarize_gguf_bench.py OUT_DIR
@@ -29,9 +31,17 @@ def main():
         doc1, r1 = loom_rows(b1)
         _, r8 = loom_rows(os.path.join(out, f"loom-{name}-b8.json"))
         peer = json.load(open(os.path.join(out, f"llamacpp-{name}.json"), encoding="utf-8"))
+        depth_path = os.path.join(out, f"llamacpp-depth-{name}.json")
+        depth = json.load(open(depth_path, encoding="utf-8")) if os.path.exists(depth_path) else None
+        if depth is None:
+            print(f"({name}: llama.cpp's batch-1 decode from an empty context, loom's after its prompt)\n")
         for threads in sorted({t for t, _ in r1}):
             pp = next((p["avg_ts"] for p in peer if p["n_threads"] == threads and p["n_gen"] == 0), 0)
             tg = next((p["avg_ts"] for p in peer if p["n_threads"] == threads and p["n_prompt"] == 0), 0)
+            if depth is not None:  # the peer's decode after as many tokens as loom's prompt,
+                # the faster of its flash-attention settings
+                tg = max((p["avg_ts"] for p in depth if p["n_threads"] == threads and
+                          p["n_depth"] == r1[(threads, 1)]["prompt_len"]), default=0)
             tg8 = 0.0
             batched = os.path.join(out, f"llamacpp-batched-{name}-t{threads}.jsonl")
             if os.path.exists(batched):
