@@ -270,7 +270,7 @@ void BM_QuantPathCrossover(benchmark::State& state) {
                  " " + kModeNames[mode]);
 }
 BENCHMARK(BM_QuantPathCrossover)
-    ->ArgsProduct({{0, 1, 6}, {2, 4, 8, 16}, {1, 2}, {0, 1}})
+    ->ArgsProduct({{0, 1, 2, 6}, {2, 4, 8, 16}, {1, 2}, {0, 1}})
     ->UseRealTime()
     ->MinTime(0.5)
     ->Unit(benchmark::kMillisecond);

@@ -151,6 +151,7 @@ struct Q8_0Int8 {
   using XBlock = XBlock32;
   static constexpr bool kHasDot = true;
   static constexpr bool kDotMinus8Sum = false, kDotPlusMin = false;
+  static constexpr bool kHasBlockBias = false;
   // The integer dot of one block with one x block, spread over 8 lanes (the f16 scale is at w).
   static __m256i Dot(const uint8_t* w, const XBlock& xb) {
     const __m256i q = Int8Load32(w + 2);
@@ -195,6 +196,11 @@ struct Q4Int8 {
   static __m256i Dot(const uint8_t* w, const XBlock& xb) {
     return PairSums(Int8Nibbles16(w + (kHasMin ? 4 : 2)), Int8Load32(xb.q));
   }
+  // q4_1's m dx sum: Accumulate leaves it out, Int8GemvTile adds m times Int8X::dsum32 for four
+  // x rows per FMA. (q4_0's -8 sum stays in the integer dot: subtracting it there measured faster
+  // than a float term.)
+  static constexpr bool kHasBlockBias = kHasMin;
+  static float BiasCoef(const uint8_t* w) { return Int8LoadHalf(w + 2); }
   template <int kMr, int kNr>
   static void Accumulate(const uint8_t* w, const XBlock* const* x, int64_t blk,
                          __m256 (&acc)[kMr][kNr], int r) {
@@ -204,14 +210,8 @@ struct Q4Int8 {
     for (int a = 0; a < kMr; ++a) {
       const XBlock& xb = x[a][blk];
       __m256i dot = PairSums(q, Int8Load32(xb.q));
-      if constexpr (kHasMin) {
-        // m * dx * sum, an eighth in each lane.
-        const float bias = Int8LoadHalf(w + 2) * xb.d * static_cast<float>(xb.sum) * 0.125f;
-        acc[a][r] = _mm256_add_ps(acc[a][r], _mm256_set1_ps(bias));
-      } else {
-        // (q - 8) . x = q . x - 8 sum: sum subtracted from each of the 8 lanes.
-        dot = _mm256_sub_epi32(dot, _mm256_set1_epi32(xb.sum));
-      }
+      // (q - 8) . x = q . x - 8 sum: sum subtracted from each of the 8 lanes.
+      if constexpr (!kHasMin) dot = _mm256_sub_epi32(dot, _mm256_set1_epi32(xb.sum));
       acc[a][r] = ScaleAdd(dw * xb.d, dot, acc[a][r]);
     }
   }
@@ -343,6 +343,11 @@ struct Q6_KInt8 {
 };
 
 template <class K, class = void>
+inline constexpr bool kUsesBlockBias = false;
+template <class K>
+inline constexpr bool kUsesBlockBias<K, std::enable_if_t<K::kHasBlockBias>> = true;
+
+template <class K, class = void>
 struct HasDot : std::false_type {};
 template <class K>
 struct HasDot<K, std::enable_if_t<K::kHasDot>> : std::true_type {};
@@ -391,12 +396,16 @@ inline float Int8ReduceAdd(__m256 v) {
   return _mm_cvtss_f32(sum);
 }
 
-// Quantized x of one call: row a of each layout (null where k does not admit it).
+// Quantized x of one call: row a of each layout (null where k does not admit it), and dx sum of
+// every 32-element block as f32, block-major: dsum32[blk * m4 + a], m4 = m rounded up to 4 (the
+// rows past m are 0), so one 128-bit load gives four rows' values for a block.
 struct Int8X {
   const XBlock32* x32 = nullptr;
   const XBlock256* x256 = nullptr;
+  const float* dsum32 = nullptr;
   int64_t row_blocks32 = 0;
   int64_t row_blocks256 = 0;
+  int64_t m4 = 0;
   template <class XB>
   const XB* Row(int64_t a) const {
     if constexpr (sizeof(XB) == sizeof(XBlock32)) return x32 + a * row_blocks32;
@@ -440,13 +449,28 @@ inline Int8X QuantizeXForGroup(const GroupArgs& args) {
   out.row_blocks256 = x.k / 256;
   auto* x32 = reinterpret_cast<XBlock32*>(base);
   auto* x256 = reinterpret_cast<XBlock256*>(base + x.m * out.row_blocks32 * sizeof(XBlock32));
+  // After the 256-element blocks where k admits them (Int8XWorkspaceBytes).
+  const int64_t blocks256 = x.k % 256 == 0 ? out.row_blocks256 : 0;
+  auto* dsum32 = reinterpret_cast<float*>(reinterpret_cast<uintptr_t>(x256) +
+                                          x.m * blocks256 * sizeof(XBlock256));
+  out.m4 = (x.m + 3) / 4 * 4;
   for (int64_t a = 0; a < x.m; ++a) {
     const float* row = x.data + a * x.stride;
     if (need32) QuantizeX32(row, x.k, x32 + a * out.row_blocks32);
     if (need256) QuantizeX256(row, x.k, x256 + a * out.row_blocks256);
   }
+  if (need32) {
+    for (int64_t blk = 0; blk < out.row_blocks32; ++blk) {
+      float* to = dsum32 + blk * out.m4;
+      for (int64_t a = 0; a < out.m4; ++a) {
+        const XBlock32* xb = x32 + a * out.row_blocks32 + blk;
+        to[a] = a < x.m ? xb->d * static_cast<float>(xb->sum) : 0.0f;
+      }
+    }
+  }
   out.x32 = x32;
   out.x256 = x256;
+  out.dsum32 = dsum32;
   return out;
 }
 
@@ -486,10 +510,20 @@ void Int8GemvTile(const Int8X& xq, const MatmulInput& x, const MatmulProjection&
 #pragma GCC unroll 8
     for (int r = 0; r < kNr; ++r) acc[a][r] = _mm256_setzero_ps();
   }
+  // The formats with a per-block bias term (q4_0, q4_1): coef(block) * dx sum for four x rows
+  // per FMA, lane a for x row i + a.
+  __m128 block_bias[kNr];
+#pragma GCC unroll 8
+  for (int r = 0; r < kNr; ++r) block_bias[r] = _mm_setzero_ps();
   for (int64_t blk = 0; blk < num_blocks; ++blk) {
 #pragma GCC unroll 8
     for (int r = 0; r < kNr; ++r) {
-      K::template Accumulate<kMr, kNr>(w_rows[r] + blk * K::kBlockBytes, x_rows, blk, acc, r);
+      const uint8_t* w = w_rows[r] + blk * K::kBlockBytes;
+      K::template Accumulate<kMr, kNr>(w, x_rows, blk, acc, r);
+      if constexpr (kUsesBlockBias<K>) {
+        block_bias[r] = _mm_fmadd_ps(_mm_set1_ps(K::BiasCoef(w)),
+                                     _mm_loadu_ps(xq.dsum32 + blk * xq.m4 + i), block_bias[r]);
+      }
     }
   }
 #pragma GCC unroll 8
@@ -497,7 +531,12 @@ void Int8GemvTile(const Int8X& xq, const MatmulInput& x, const MatmulProjection&
     float* y = p.y + (i + a) * p.y_stride;
     for (int r = 0; r < kNr && first + r * step < end; ++r) {
       const int64_t n = first + r * step;
-      const float v = Int8ReduceAdd(acc[a][r]);
+      float v = Int8ReduceAdd(acc[a][r]);
+      if constexpr (kUsesBlockBias<K>) {
+        alignas(16) float lanes[4];
+        _mm_store_ps(lanes, block_bias[r]);
+        v += lanes[a];
+      }
       y[n] = p.bias != nullptr ? v + p.bias[n] : v;
     }
   }

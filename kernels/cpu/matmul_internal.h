@@ -72,12 +72,14 @@ void GemmRowsAvx512(const MatmulInput& x, const MatmulProjection& projection, in
 
 // The quantized x of the int8 GEMV (matmul_int8_inl.h): per x row, k / 32 blocks of 32 elements
 // (f32 scale, int32 sum, 32 bytes) and, where k is a multiple of 256, k / 256 blocks of 256 (f32
-// scale, 16 int16 sums, 256 bytes); 64 bytes to align the start.
+// scale, 16 int16 sums, 256 bytes); then the f32 dx sum of each 32-element block for m rounded up
+// to 4 rows; 64 bytes to align the start.
 inline constexpr size_t kInt8XBlock32Bytes = 40;
 inline constexpr size_t kInt8XBlock256Bytes = 292;
 inline size_t Int8XWorkspaceBytes(int64_t m, int64_t k) {
   size_t bytes = 64 + static_cast<size_t>(m * (k / 32)) * kInt8XBlock32Bytes;
   if (k % 256 == 0) bytes += static_cast<size_t>(m * (k / 256)) * kInt8XBlock256Bytes;
+  bytes += static_cast<size_t>((m + 3) / 4 * 4 * (k / 32)) * sizeof(float);
   return bytes;
 }
 
