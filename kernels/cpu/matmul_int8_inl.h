@@ -366,9 +366,21 @@ inline __m128 Int8Halves4(const uint8_t* const* w, int offset) {
 // four f16 scales converted by one vcvtph2ps, so the f32 work per block is one conversion and one
 // FMA for all four rows (q4_1: one more for the four mins, into lanes 0-3). acc lanes r + (r + 4)
 // sum to row r.
+// The (d, m) f16 header pairs of four q4_1 blocks as f32: d of block r in lanes r and r + 4, m
+// in lanes 0-3 of *mins (one conversion for both).
+inline __m256 Int8HeaderPairs4(const uint8_t* const* w, __m256* mins) {
+  int32_t dm[4];
+  for (int r = 0; r < 4; ++r) std::memcpy(&dm[r], w[r], 4);
+  const __m256 both = _mm256_cvtph_ps(_mm_setr_epi32(dm[0], dm[1], dm[2], dm[3]));
+  *mins = _mm256_permutevar8x32_ps(both, _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7));
+  return _mm256_permutevar8x32_ps(both, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6));
+}
+
 template <class K>
-__m256 Int8DotRows4(const XBlock32* x, const uint8_t* const* w_rows, int64_t num_blocks) {
+__m256 Int8DotRows4(const XBlock32* x, const float* dsum, int64_t dsum_stride,
+                    const uint8_t* const* w_rows, int64_t num_blocks) {
   __m256 acc = _mm256_setzero_ps();
+  __m256 bias = _mm256_setzero_ps();  // q4_1: m dx sum per row, lanes 0-3 (4-7 unused)
   for (int64_t blk = 0; blk < num_blocks; ++blk) {
     const uint8_t* w[4];
     for (int r = 0; r < 4; ++r) w[r] = w_rows[r] + blk * K::kBlockBytes;
@@ -378,13 +390,18 @@ __m256 Int8DotRows4(const XBlock32* x, const uint8_t* const* w_rows, int64_t num
     __m256i dots = _mm256_hadd_epi32(d01, d23);
     // Each lane now sums four of a row's eight: a quarter of the row's -8 sum.
     if constexpr (K::kDotMinus8Sum) dots = _mm256_sub_epi32(dots, _mm256_set1_epi32(4 * xb.sum));
-    const __m128 scales = _mm_mul_ps(Int8Halves4(w, 0), _mm_set1_ps(xb.d));
-    acc = _mm256_fmadd_ps(_mm256_set_m128(scales, scales), _mm256_cvtepi32_ps(dots), acc);
     if constexpr (K::kDotPlusMin) {
-      // m dx sum per row, in the low half's lanes only.
-      acc = _mm256_fmadd_ps(_mm256_zextps128_ps256(Int8Halves4(w, 2)),
-                            _mm256_set1_ps(xb.d * static_cast<float>(xb.sum)), acc);
+      __m256 mins;
+      const __m256 d = Int8HeaderPairs4(w, &mins);
+      acc = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(xb.d)), _mm256_cvtepi32_ps(dots), acc);
+      bias = _mm256_fmadd_ps(mins, _mm256_broadcast_ss(dsum + blk * dsum_stride), bias);
+    } else {
+      const __m128 scales = _mm_mul_ps(Int8Halves4(w, 0), _mm_set1_ps(xb.d));
+      acc = _mm256_fmadd_ps(_mm256_set_m128(scales, scales), _mm256_cvtepi32_ps(dots), acc);
     }
+  }
+  if constexpr (K::kDotPlusMin) {
+    acc = _mm256_add_ps(acc, _mm256_castps128_ps256(_mm256_castps256_ps128(bias)));
   }
   return acc;
 }
@@ -493,7 +510,7 @@ void Int8GemvTile(const Int8X& xq, const MatmulInput& x, const MatmulProjection&
     w_rows[r] = wt + n * row_bytes;
   }
   if constexpr (kMr == 1 && kNr == 4 && HasDot<K>::value) {
-    const __m256 acc = Int8DotRows4<K>(x_rows[0], w_rows, num_blocks);
+    const __m256 acc = Int8DotRows4<K>(x_rows[0], xq.dsum32 + i, xq.m4, w_rows, num_blocks);
     alignas(32) float lanes[8];
     _mm256_store_ps(lanes, acc);
     float* y = p.y + i * p.y_stride;
