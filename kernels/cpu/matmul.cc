@@ -148,10 +148,17 @@ int64_t MatmulQuantGemvMaxM(Isa isa, DType dtype, QuantActivations quant_activat
   // ahead at 16 rows for q8_0 / q4_0 (114 / 213 ms against 149 / 367 per sweep) and at 8 for
   // Q4_K_M (158 against 376), the GEMM at 16 for Q4_K_M (215 against 303). The int8 GEMV is
   // ahead of the GEMM, or level, through 16 rows for every format. Scalar: the float limit.
+  // AVX2, Zen 3 (2026-11-29, 2 rounds, ms per sweep at m = 16, GEMV against GEMM): q4_0 306-326
+  // against 351-353 and q4_1 279-288 against 318-330 on the 1.1B shape; q8_0 (170-188 against
+  // 152-161) and Q4_K_M (356-370 against 284-292) not. On the default model (SmolLM2-135M Q4_1,
+  // smaller matrices) the GEMV won decode at batch 12 (1 / 2 threads: 178-179 against 162-165
+  // tok/s, 297-327 against 287-298) and lost at 16 (185-188 against 209-214): q4_0 / q4_1 take
+  // the GEMV through 12 rows.
   if (isa == Isa::kScalar) return MatmulGemvMaxM(isa);
   if (quant_activations == QuantActivations::kInt8) return 16;
   const bool k_quant = TraitsOf(dtype).block_elems == 256;
   if (isa == Isa::kAvx512 || isa == Isa::kAmx) return k_quant ? 8 : 16;
+  if (dtype == DType::kQ4_0 || dtype == DType::kQ4_1) return 12;
   return k_quant ? 4 : 8;
 }
 
