@@ -196,6 +196,12 @@ struct Q4Int8 {
   static __m256i Dot(const uint8_t* w, const XBlock& xb) {
     return PairSums(Int8Nibbles16(w + (kHasMin ? 4 : 2)), Int8Load32(xb.q));
   }
+  // The same products as 16 int16 pair sums (vpmaddubsw alone): |pair| <= 2 * 15 * 127, so up to
+  // 16 products (30480) can be summed in int16 before widening (Int8DotRows4).
+  static constexpr bool kHasDot16 = true;
+  static __m256i Dot16(const uint8_t* w, const XBlock& xb) {
+    return _mm256_maddubs_epi16(Int8Nibbles16(w + (kHasMin ? 4 : 2)), Int8Load32(xb.q));
+  }
   // q4_1's m dx sum: Accumulate leaves it out, Int8GemvTile adds m times Int8X::dsum32 for four
   // x rows per FMA. (q4_0's -8 sum stays in the integer dot: subtracting it there measured faster
   // than a float term.)
@@ -366,6 +372,15 @@ inline __m128 Int8Halves4(const uint8_t* const* w, int offset) {
 // four f16 scales converted by one vcvtph2ps, so the f32 work per block is one conversion and one
 // FMA for all four rows (q4_1: one more for the four mins, into lanes 0-3). acc lanes r + (r + 4)
 // sum to row r.
+// Whether Int8DotRows4 folds K's rows in int16 (K::Dot16; not where VNNI gives int32 dots in one
+// instruction).
+template <class K, class = void>
+inline constexpr bool kInt16Tree = false;
+#if !(defined(__AVX512VNNI__) && defined(__AVX512VL__))
+template <class K>
+inline constexpr bool kInt16Tree<K, std::enable_if_t<K::kHasDot16>> = true;
+#endif
+
 // The (d, m) f16 header pairs of four q4_1 blocks as f32: d of block r in lanes r and r + 4, m
 // in lanes 0-3 of *mins (one conversion for both).
 inline __m256 Int8HeaderPairs4(const uint8_t* const* w, __m256* mins) {
@@ -385,9 +400,19 @@ __m256 Int8DotRows4(const XBlock32* x, const float* dsum, int64_t dsum_stride,
     const uint8_t* w[4];
     for (int r = 0; r < 4; ++r) w[r] = w_rows[r] + blk * K::kBlockBytes;
     const XBlock32& xb = x[blk];
-    const __m256i d01 = _mm256_hadd_epi32(K::Dot(w[0], xb), K::Dot(w[1], xb));
-    const __m256i d23 = _mm256_hadd_epi32(K::Dot(w[2], xb), K::Dot(w[3], xb));
-    __m256i dots = _mm256_hadd_epi32(d01, d23);
+    __m256i dots;
+    if constexpr (kInt16Tree<K>) {
+      // 4-bit codes: the four rows' pair sums folded in int16 (sums of 4, then 8 products), then
+      // widened once; the lanes end as below. Without VNNI this takes 4 + 3 + 1 instructions
+      // where the int32 tree takes 8 + 3.
+      const __m256i h01 = _mm256_hadd_epi16(K::Dot16(w[0], xb), K::Dot16(w[1], xb));
+      const __m256i h23 = _mm256_hadd_epi16(K::Dot16(w[2], xb), K::Dot16(w[3], xb));
+      dots = _mm256_madd_epi16(_mm256_hadd_epi16(h01, h23), _mm256_set1_epi16(1));
+    } else {
+      const __m256i d01 = _mm256_hadd_epi32(K::Dot(w[0], xb), K::Dot(w[1], xb));
+      const __m256i d23 = _mm256_hadd_epi32(K::Dot(w[2], xb), K::Dot(w[3], xb));
+      dots = _mm256_hadd_epi32(d01, d23);
+    }
     // Each lane now sums four of a row's eight: a quarter of the row's -8 sum.
     if constexpr (K::kDotMinus8Sum) dots = _mm256_sub_epi32(dots, _mm256_set1_epi32(4 * xb.sum));
     if constexpr (K::kDotPlusMin) {
