@@ -125,23 +125,13 @@ class FileTiers final : public ExpertTiers {
 
 absl::Status FileTiers::Load(const ExpertLocation& location, std::span<const int64_t> part_offsets,
                              uint8_t* slot) {
-  if (slots_ != nullptr && !location.parts.empty()) {
-    uint8_t* begin = slot + part_offsets[0] - location.parts[0].offset % kPage;
-    uint8_t* end = begin;
-    for (size_t i = 0; i < location.parts.size(); ++i) {
-      const int64_t in_page = location.parts[i].offset % kPage;
-      uint8_t* chunk = slot + part_offsets[i] - in_page;
-      begin = std::min(begin, chunk);
-      end = std::max(end, chunk + RoundUp(in_page + location.parts[i].bytes, kPage));
-    }
-    TouchFirst(begin, end);
-  }
   for (size_t i = 0; i < location.parts.size(); ++i) {
     const ExpertPart& part = location.parts[i];
     const size_t file = static_cast<size_t>(part.file);
     const int64_t in_page = part.offset % kPage;
     uint8_t* chunk = slot + part_offsets[i] - in_page;
     const int64_t need = in_page + part.bytes;
+    if (slots_ != nullptr) TouchFirst(chunk, chunk + RoundUp(need, kPage));
     int64_t got = -EINVAL;
     if (direct_fds_[file] >= 0) {
       // Whole pages into the page-aligned chunk; the last may run past the end of the file.

@@ -151,7 +151,6 @@ struct Q8_0Int8 {
   using XBlock = XBlock32;
   static constexpr bool kHasDot = true;
   static constexpr bool kDotMinus8Sum = false, kDotPlusMin = false;
-  static constexpr bool kHasBlockBias = false;
   // The integer dot of one block with one x block, spread over 8 lanes (the f16 scale is at w).
   static __m256i Dot(const uint8_t* w, const XBlock& xb) {
     const __m256i q = Int8Load32(w + 2);
@@ -205,7 +204,6 @@ struct Q4Int8 {
   // q4_1's m dx sum: Accumulate leaves it out, Int8GemvTile adds m times Int8X::dsum32 for four
   // x rows per FMA. (q4_0's -8 sum stays in the integer dot: subtracting it there measured faster
   // than a float term.)
-  static constexpr bool kHasBlockBias = kHasMin;
   static float BiasCoef(const uint8_t* w) { return Int8LoadHalf(w + 2); }
   template <int kMr, int kNr>
   static void Accumulate(const uint8_t* w, const XBlock* const* x, int64_t blk,
@@ -348,10 +346,11 @@ struct Q6_KInt8 {
   }
 };
 
+// Whether K's dots leave out a per-block min term that the tile adds from Int8X::dsum32 (q4_1).
 template <class K, class = void>
 inline constexpr bool kUsesBlockBias = false;
 template <class K>
-inline constexpr bool kUsesBlockBias<K, std::enable_if_t<K::kHasBlockBias>> = true;
+inline constexpr bool kUsesBlockBias<K, std::enable_if_t<K::kDotPlusMin>> = true;
 
 template <class K, class = void>
 struct HasDot : std::false_type {};
@@ -367,11 +366,6 @@ inline __m128 Int8Halves4(const uint8_t* const* w, int offset) {
                                      0, 0));
 }
 
-// One x row by four weight rows of a 32-element format (q8_0, q4_0, q4_1): the four rows' integer
-// dots of a block are folded into one vector with vphaddd (lane r and r + 4 hold row r), their
-// four f16 scales converted by one vcvtph2ps, so the f32 work per block is one conversion and one
-// FMA for all four rows (q4_1: one more for the four mins, into lanes 0-3). acc lanes r + (r + 4)
-// sum to row r.
 // Whether Int8DotRows4 folds K's rows in int16 (K::Dot16; not where VNNI gives int32 dots in one
 // instruction).
 template <class K, class = void>
@@ -391,6 +385,11 @@ inline __m256 Int8HeaderPairs4(const uint8_t* const* w, __m256* mins) {
   return _mm256_permutevar8x32_ps(both, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6));
 }
 
+// One x row by four weight rows of a 32-element format (q8_0, q4_0, q4_1): the four rows' integer
+// dots of a block are folded into one vector with vphaddd (lane r and r + 4 hold row r), their
+// four f16 scales converted by one vcvtph2ps, so the f32 work per block is one conversion and one
+// FMA for all four rows (q4_1: the four mins times dx sum go to a second accumulator, added to
+// lanes 0-3 at the end). acc lanes r + (r + 4) sum to row r.
 template <class K>
 __m256 Int8DotRows4(const XBlock32* x, const float* dsum, int64_t dsum_stride,
                     const uint8_t* const* w_rows, int64_t num_blocks) {
@@ -481,10 +480,11 @@ inline Int8X QuantizeXForGroup(const GroupArgs& args) {
   const MatmulInput& x = args.x;
   uintptr_t base = reinterpret_cast<uintptr_t>(args.workspace);
   base = (base + 63) & ~uintptr_t{63};
-  bool need32 = false, need256 = false;
+  bool need32 = false, need256 = false, need_dsum = false;
   for (const MatmulProjection& p : args.projections) {
     if (!HasInt8Kernel(p.dtype) || p.n == 0) continue;
     (TraitsOf(p.dtype).block_elems == 32 ? need32 : need256) = true;
+    need_dsum = need_dsum || p.dtype == DType::kQ4_1;
   }
   Int8X out;
   out.row_blocks32 = x.k / 32;
@@ -501,7 +501,7 @@ inline Int8X QuantizeXForGroup(const GroupArgs& args) {
     if (need32) QuantizeX32(row, x.k, x32 + a * out.row_blocks32);
     if (need256) QuantizeX256(row, x.k, x256 + a * out.row_blocks256);
   }
-  if (need32) {
+  if (need_dsum) {
     for (int64_t blk = 0; blk < out.row_blocks32; ++blk) {
       float* to = dsum32 + blk * out.m4;
       for (int64_t a = 0; a < out.m4; ++a) {
@@ -552,8 +552,7 @@ void Int8GemvTile(const Int8X& xq, const MatmulInput& x, const MatmulProjection&
 #pragma GCC unroll 8
     for (int r = 0; r < kNr; ++r) acc[a][r] = _mm256_setzero_ps();
   }
-  // The formats with a per-block bias term (q4_0, q4_1): coef(block) * dx sum for four x rows
-  // per FMA, lane a for x row i + a.
+  // q4_1's per-block min term: m(block) * dx sum for four x rows per FMA, lane a for x row i + a.
   __m128 block_bias[kNr];
 #pragma GCC unroll 8
   for (int r = 0; r < kNr; ++r) block_bias[r] = _mm_setzero_ps();
