@@ -7,8 +7,10 @@ runs out and requests queue or are preempted; each pinned to its own core, so th
 instance's compute is not lent to a busy one, as with separate machines), and one workload
 replayed identically in every mode:
 Gamma inter-arrival times (coefficient of variation --cv: bursts), prompt lengths and output
-lengths from long-tailed (Pareto) distributions. The client sends request i to one instance
-in every mode (i mod --instances), as a round-robin balancer would; what differs is what the
+lengths from long-tailed (Pareto) distributions. The client sends request i to the same instance
+in every mode, as a round-robin balancer would: per request (i mod --instances), or, with
+--clients N, per connection (N clients of Zipf-skewed shares, client c's connection on instance
+c mod --instances: an L4 balancer or one HTTP/2 channel per client). What differs is what the
 instances do with it:
   round-robin  instances alone (no manager): each runs what it receives;
   dispatch     with a manager: the receiving instance asks it where to run each new request
@@ -48,6 +50,18 @@ def workload(args):
         out = min(args.max_output, int(args.min_output * rng.paretovariate(args.alpha)))
         prompt = " ".join(rng.choice(WORDS) for _ in range(prompt_words))
         reqs.append({"at": t, "prompt": prompt, "max_tokens": max(out, 1)})
+    # Where the balancer sends each request. Per request (--clients 0): i mod instances. Per
+    # connection (--clients N): request i comes from client c with probability proportional to
+    # 1 / (c + 1)^skew, over that client's one connection, which the balancer placed on instance
+    # c mod instances (an L4 balancer, or gRPC's HTTP/2 channel, balances connections, not
+    # requests). Drawn from their own generator, so the lengths and times do not depend on it.
+    if args.clients > 0:
+        crng = random.Random(args.seed + 1)
+        weights = [1.0 / (c + 1) ** args.client_skew for c in range(args.clients)]
+        for r in reqs:
+            r["client"] = crng.choices(range(args.clients), weights)[0]
+    for i, r in enumerate(reqs):
+        r["to"] = (r["client"] if args.clients > 0 else i) % args.instances
     return reqs
 
 
@@ -80,7 +94,7 @@ def run_mode(mode, reqs, args):
                 delay = start + r["at"] - time.perf_counter()
                 if delay > 0:
                     time.sleep(delay)
-                port = instances[i % len(instances)].port
+                port = instances[r["to"]].port
                 futures.append((i, pool.submit(lib.timed_stream, port, r["prompt"],
                                                r["max_tokens"])))
             for i, f in futures:
@@ -116,6 +130,12 @@ def run_mode(mode, reqs, args):
         "tpot_p99_ms": 1e3 * lib.percentile(tpot, 99),
         "e2e_p99_s": lib.percentile(e2e, 99),
         **stats,
+        # Per request, in arrival order: where it was sent, its lengths and its timings.
+        "requests": [{"at_s": round(r["at"], 3), "sent_to": r["to"],
+                      "prompt_words": len(r["prompt"].split()), "max_tokens": r["max_tokens"],
+                      "ok": x["ok"], "chunks": x["chunks"], "ttft_s": round(x["ttft"], 4),
+                      "tpot_ms": round(1e3 * x["tpot"], 2)}
+                     for i, (r, x) in enumerate(zip(reqs, results))],
     }
 
 
@@ -139,6 +159,10 @@ def main():
     p.add_argument("--migrate-out-below", type=float, default=3.0)
     p.add_argument("--migrate-in-above", type=float, default=10.0)
     p.add_argument("--modes", default="round-robin,dispatch,migration")
+    p.add_argument("--clients", type=int, default=0,
+                   help="0: the balancer spreads requests; N: N clients, one connection each")
+    p.add_argument("--client-skew", type=float, default=1.0,
+                   help="Zipf exponent of the clients' shares of the requests")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--out")
     args = p.parse_args()
