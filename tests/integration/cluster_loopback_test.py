@@ -238,7 +238,10 @@ class ForwardAtRelayLimitTest(unittest.TestCase):
                 self.assertTrue(first_started.wait(120))
                 second = pool.submit(stream_text, entry.client, 120)
                 got = [first.result(), second.result()]
-            self.assertEqual(got, [reference, reference])
+            # The same finish and text; not the same chunk count: a stream whose reader lags may
+            # carry two tokens in one chunk.
+            self.assertEqual([(f, text) for f, _, text in got],
+                             [(reference[0], reference[2])] * 2)
             self.assertEqual(metric(entry.port, "loom_requests_forwarded_total") - before, 1)
         finally:
             for inst in instances:
