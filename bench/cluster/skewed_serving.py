@@ -27,6 +27,7 @@ migrations committed, requests forwarded.
 import argparse
 import concurrent.futures
 import json
+import math
 import os
 import random
 import statistics
@@ -63,6 +64,10 @@ def workload(args):
     for i, r in enumerate(reqs):
         r["to"] = (r["client"] if args.clients > 0 else i) % args.instances
     return reqs
+
+
+def finite(value, digits):
+    return round(value, digits) if math.isfinite(value) else None
 
 
 def run_mode(mode, reqs, args):
@@ -131,11 +136,12 @@ def run_mode(mode, reqs, args):
         "e2e_p99_s": lib.percentile(e2e, 99),
         **stats,
         # Per request, in arrival order: where it was sent, its lengths and its timings.
+        # A timing the request never had (it failed, or produced one token) is null.
         "requests": [{"at_s": round(r["at"], 3), "sent_to": r["to"],
                       "prompt_words": len(r["prompt"].split()), "max_tokens": r["max_tokens"],
-                      "ok": x["ok"], "chunks": x["chunks"], "ttft_s": round(x["ttft"], 4),
-                      "tpot_ms": round(1e3 * x["tpot"], 2)}
-                     for i, (r, x) in enumerate(zip(reqs, results))],
+                      "ok": x["ok"], "chunks": x["chunks"], "ttft_s": finite(x["ttft"], 4),
+                      "tpot_ms": finite(1e3 * x["tpot"], 2)}
+                     for r, x in zip(reqs, results)],
     }
 
 
