@@ -1,11 +1,13 @@
 // An instance's load as the cluster sees it (shared/ARCHITECTURE.md §6, Llumnix's freeness).
 //
-// Sign convention (the only one in loom): freeness is the number of decode steps the current
-// batch can still run before the KV cache is full, counting virtual demand. Higher means less
-// loaded; 0 means full; negative means queued demand already exceeds the free memory. A
-// draining instance reports -infinity (it wants every request moved off). The manager migrates
-// out of instances below a threshold and into instances above another, and dispatches to the
-// highest `dispatch_freeness`.
+// Sign convention (the only one in loom): freeness is the number of free KV blocks per request
+// of the current batch, after virtual demand. A block holds block_size tokens, so every running
+// request can still decode about freeness * block_size steps before the KV cache is full. The
+// unit is blocks, and so are the manager's thresholds. Higher means less loaded; 0 means full;
+// negative means queued demand already exceeds the free memory. A draining instance reports
+// -infinity (it wants every request moved off). The manager migrates out of instances below a
+// threshold and into instances above another, and dispatches to the highest
+// `dispatch_freeness`.
 //
 //   freeness          = (free blocks - virtual demand) / max(batch size, 1)
 //   virtual demand    = blocks the head-of-line waiting request still needs (de-fragmentation:

@@ -99,7 +99,7 @@ std::string RenderManagerMetrics(const ClusterSummary& s) {
   AppendMetric(out, "loom_manager_instances_draining", "gauge",
                "Instances being drained.", s.num_draining);
   AppendMetric(out, "loom_manager_average_freeness", "gauge",
-               "Average freeness (decode steps until the KV cache is full) of the instances "
+               "Average freeness (free KV blocks per running request) of the instances "
                "that are not draining.",
                s.average_freeness);
   AppendMetric(out, "loom_manager_scale_signal", "gauge",

@@ -3,8 +3,9 @@
 // instances for live migration, draining, and the scale-out / scale-in signal. It sees only
 // instance-level load (proto/loom/v1/cluster.proto InstanceLoad), never a request or a token.
 //
-// Freeness (the file comment of cluster.proto): decode steps an instance's batch can still run
-// before its KV cache is full, virtual demand counted. Higher is less loaded; negative means
+// Freeness (the file comment of cluster.proto): free KV blocks per request of an instance's
+// batch, virtual demand counted (times block_size: the decode steps left before the cache is
+// full). Higher is less loaded; negative means
 // queued demand exceeds free memory; -infinity means "move everything off me" (draining). The
 // manager ranks and compares by it, and estimates it after a move by taking it to be
 //   freeness = (num_free_blocks - virtual demand) / max(batch_size, 1)

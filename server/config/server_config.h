@@ -90,7 +90,7 @@ struct ServerConfig {
   int64_t manager_instance_timeout_ms = 3000;
   int64_t manager_dispatch_top_k = 2;
   int64_t manager_pair_interval_ms = 500;
-  double manager_migrate_out_below = 3.0;  // freeness (decode steps)
+  double manager_migrate_out_below = 3.0;  // freeness (free blocks per running request)
   double manager_migrate_in_above = 10.0;
   double manager_scale_out_below = 5.0;     // average freeness
   double manager_scale_in_above = 60.0;
