@@ -73,9 +73,10 @@ def start_instance(loomd, model, *extra, cpu=None, log=None):
                     *extra], "listening on", 2, log=log)
 
 
-def start_manager(loomd, *extra):
+def start_manager(loomd, *extra, log=None):
     return Process([loomd, "--role", "manager", "--host", "127.0.0.1", "--port", "0",
-                    "--grpc-port", "0", "--api-keys", KEY, *extra], "loom manager listening", 1)
+                    "--grpc-port", "0", "--api-keys", KEY, *extra], "loom manager listening", 1,
+                   log=log)
 
 
 def metric_sum(port, name, label=""):

@@ -82,14 +82,17 @@ def run_mode(mode, reqs, args):
                 "--manager-dispatch-top-k", str(args.top_k),
                 "--manager-migrate-out-below", str(args.migrate_out_below),
                 "--manager-migrate-in-above", str(args.migrate_in_above),
-                f"--manager-migration={'true' if mode == 'migration' else 'false'}")
+                f"--manager-migration={'true' if mode == 'migration' else 'false'}",
+                log=f"{args.logs}-{mode}-manager.log" if args.logs else None)
             common += ["--cluster-manager", f"127.0.0.1:{manager.grpc_port}",
                        "--cluster-report-interval-ms", "50"]
         cores = os.cpu_count() or 1
         for i in range(args.instances):
             instances.append(lib.start_instance(args.loomd, args.model, *common,
                                                 "--instance-id", f"i{i}",
-                                                cpu=i % cores if args.pin else None))
+                                                cpu=i % cores if args.pin else None,
+                                                log=f"{args.logs}-{mode}-i{i}.log"
+                                                if args.logs else None))
         time.sleep(0.5)  # first load reports
         results = [None] * len(reqs)
         start = time.perf_counter()
@@ -171,6 +174,7 @@ def main():
                    help="Zipf exponent of the clients' shares of the requests")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--out")
+    p.add_argument("--logs", help="write each process's log to LOGS-<mode>-<process>.log")
     args = p.parse_args()
     reqs = workload(args)
     rows = []
