@@ -14,13 +14,29 @@
 //                       an instance that cannot start its next request looks loaded and sheds
 //                       running requests), plus a headroom while a high-priority request runs
 //                       (priority_headroom_fraction of the cache), plus infinity while draining
-//   dispatch_freeness = (free blocks - every waiting request's demand - headroom)
-//                       / max(running + waiting, 1)
+//   dispatch_freeness = SpreadBlocks(free blocks - every waiting request's demand - headroom,
+//                                    running + waiting)
+// SpreadBlocks divides a surplus among the requests, but not a deficit: a deficit divided by
+// the requests would make an instance with a deep queue look less loaded than one with a short
+// queue and a smaller deficit (-40 blocks over 26 requests is -1.5; -5 over 3 is -1.7), and
+// dispatch would keep sending new requests to the back of the deep queue.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 namespace loom {
+
+// Blocks per request for a surplus (blocks >= 0); the blocks themselves for a deficit.
+// Continuous at 0 and increasing in `blocks` for a fixed number of requests.
+inline double SpreadBlocks(double blocks, int32_t requests) {
+  return blocks >= 0 ? blocks / std::max(requests, 1) : blocks;
+}
+
+// The inverse of SpreadBlocks for the same number of requests.
+inline double UnspreadBlocks(double value, int32_t requests) {
+  return value >= 0 ? value * std::max(requests, 1) : value;
+}
 
 struct LoadInputs {
   int32_t num_blocks = 0;

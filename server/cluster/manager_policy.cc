@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "engine/common/strings.h"
+#include "scheduler/load.h"
 
 namespace loom::cluster {
 
@@ -141,9 +142,10 @@ v1::DispatchReply ManagerPolicy::Dispatch(int32_t prompt_tokens, int32_t /*prior
   // request needing its prompt's blocks (16 tokens each): a burst that arrives between two
   // reports is spread instead of herding onto the instance that looked best.
   v1::InstanceLoad& load = table_.find(chosen->first)->second.load;
-  const int32_t n = std::max(load.num_running() + load.num_waiting(), 1);
+  const int32_t n = load.num_running() + load.num_waiting();
   const double need = std::ceil(std::max(prompt_tokens, 1) / 16.0);
-  load.set_dispatch_freeness((ClampFreeness(load.dispatch_freeness()) * n - need) / (n + 1));
+  const double blocks = UnspreadBlocks(ClampFreeness(load.dispatch_freeness()), n) - need;
+  load.set_dispatch_freeness(SpreadBlocks(blocks, n + 1));
   load.set_num_waiting(load.num_waiting() + 1);
   return reply;
 }

@@ -328,6 +328,32 @@ TEST(SchedulerMigrationTest, RefusalsAndReservationLifetime) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Dispatch ranks instances by dispatch_freeness. A deep queue must not look less loaded than
+// a short one because its deficit is shared by more requests.
+TEST(SchedulerMigrationTest, DispatchFreenessDoesNotDiluteADeficit) {
+  LoadInputs deep;
+  deep.num_blocks = 34;
+  deep.num_free_blocks = 2;
+  deep.num_running = 16;
+  deep.num_waiting = 10;
+  deep.waiting_blocks = 42;  // 40 blocks short
+  LoadInputs shallow = deep;
+  shallow.num_running = 2;
+  shallow.num_waiting = 1;
+  shallow.waiting_blocks = 7;  // 5 blocks short
+  EXPECT_DOUBLE_EQ(ComputeLoad(deep).dispatch_freeness, -40.0);
+  EXPECT_DOUBLE_EQ(ComputeLoad(shallow).dispatch_freeness, -5.0);
+  EXPECT_GT(ComputeLoad(shallow).dispatch_freeness, ComputeLoad(deep).dispatch_freeness);
+  // A surplus is still shared: blocks per request, and continuous through 0.
+  shallow.waiting_blocks = 0;
+  EXPECT_DOUBLE_EQ(ComputeLoad(shallow).dispatch_freeness, 2.0 / 3);
+  shallow.waiting_blocks = 2;
+  EXPECT_DOUBLE_EQ(ComputeLoad(shallow).dispatch_freeness, 0.0);
+  for (double blocks : {-7.0, -0.5, 0.0, 0.5, 12.0}) {
+    EXPECT_DOUBLE_EQ(UnspreadBlocks(SpreadBlocks(blocks, 5), 5), blocks);
+  }
+}
+
 TEST(SchedulerMigrationTest, FreenessSignConvention) {
   LoadInputs in;
   in.num_blocks = 100;
@@ -341,7 +367,7 @@ TEST(SchedulerMigrationTest, FreenessSignConvention) {
   LoadReport blocked = ComputeLoad(in);
   EXPECT_LT(blocked.freeness, 0.0);
   EXPECT_DOUBLE_EQ(blocked.freeness, -5.0);
-  EXPECT_DOUBLE_EQ(blocked.dispatch_freeness, -4.0);
+  EXPECT_DOUBLE_EQ(blocked.dispatch_freeness, -20.0);  // a deficit counts in blocks
   in.num_waiting = 0;
   in.head_of_line_blocks = 0;
   in.waiting_blocks = 0;

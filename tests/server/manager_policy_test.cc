@@ -324,6 +324,24 @@ TEST(ManagerPolicyTest, ADispatchCountsAgainstItsInstanceUntilItReports) {
   EXPECT_EQ(policy.Dispatch(160, 0, 0).instance_id(), "a");
 }
 
+TEST(ManagerPolicyTest, ADispatchIntoADeficitCountsInBlocks) {
+  ManagerPolicyOptions o = Options();
+  o.dispatch_top_k = 1;
+  ManagerPolicy policy(o, 1);
+  // Both busy: "a" is 5 blocks short with 3 requests, "b" 20 blocks short with 26.
+  v1::InstanceReport a = MakeReport("a", -5.0, 2, 1);
+  a.mutable_load()->set_num_waiting(1);
+  v1::InstanceReport b = MakeReport("b", -20.0, 16, 1);
+  b.mutable_load()->set_num_waiting(10);
+  MustReport(policy, a, 0);
+  MustReport(policy, b, 0);
+  // Each 160-token request adds 10 blocks to its instance's deficit, however many requests
+  // already wait there: "a" takes two (-15, then -25) before "b" (-20) is the better place.
+  std::vector<std::string> picks;
+  for (int i = 0; i < 3; ++i) picks.push_back(policy.Dispatch(160, 0, 0).instance_id());
+  EXPECT_EQ(picks, (std::vector<std::string>{"a", "a", "b"}));
+}
+
 TEST(ManagerPolicyTest, WithoutMigrationOnlyDrainsMoveRequests) {
   ManagerPolicyOptions o = Options();
   o.migration = false;
