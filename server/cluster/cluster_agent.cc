@@ -51,9 +51,15 @@ std::shared_ptr<RequestStream> ClusterAgent::Submit(SchedRequest request) {
     ask.set_prompt_tokens(static_cast<int32_t>(request.prompt.size()));
     ask.set_priority(request.priority);
     v1::DispatchReply where;
-    if (manager_->Dispatch(&call, ask, &where).ok() && !where.grpc_address().empty() &&
-        where.instance_id() != instance_id_ && where.grpc_address() != grpc_address_) {
-      migrator_.Forward(std::move(request), where.grpc_address(), stream);
+    if (manager_->Dispatch(&call, ask, &where).ok() && !where.grpc_address().empty()) {
+      if (where.instance_id() != instance_id_ && where.grpc_address() != grpc_address_) {
+        migrator_.Forward(std::move(request), where.grpc_address(), stream);
+        return stream;
+      }
+      // Dispatched here. The loop adds its inbox before it runs posted commands, so the count
+      // moves once the request is in the scheduler, never before.
+      ctx_.engine->SubmitTo(std::move(request), stream);
+      ctx_.engine->Post([counter = &ctx_.num_dispatched_in](LoopAccess&) { ++*counter; });
       return stream;
     }
   }
@@ -65,17 +71,22 @@ v1::InstanceLoad ClusterAgent::CurrentLoad() {
   const bool draining = ctx_.draining.load() || drain_ordered_.load();
   const int32_t below = static_cast<int32_t>(ctx_.config.high_priority_below);
   const double headroom = ctx_.config.priority_headroom_fraction;
-  using Snapshot = std::pair<LoadReport, int32_t>;
+  struct Snapshot {
+    LoadReport report;
+    int32_t shortest_blocks = 0;
+    uint64_t dispatched_in = 0;
+  };
   std::optional<Snapshot> snap = CallOnLoop<Snapshot>(
       *ctx_.engine, 1000,
-      [draining, below, headroom](LoopAccess& loop, std::function<void(Snapshot)> reply) {
+      [draining, below, headroom, counter = &ctx_.num_dispatched_in](
+          LoopAccess& loop, std::function<void(Snapshot)> reply) {
         auto shortest = loop.scheduler().ShortestMovableRequest();
-        reply(Snapshot(loop.scheduler().Load(draining, below, headroom),
-                       shortest ? shortest->second : 0));
+        reply(Snapshot{loop.scheduler().Load(draining, below, headroom),
+                       shortest ? shortest->second : 0, counter->load()});
       });
   v1::InstanceLoad load;
   if (!snap.has_value()) return load;
-  const LoadInputs& in = snap->first.inputs;
+  const LoadInputs& in = snap->report.inputs;
   load.set_num_blocks(in.num_blocks);
   load.set_num_free_blocks(in.num_free_blocks);
   load.set_num_running(in.num_running);
@@ -91,10 +102,11 @@ v1::InstanceLoad ClusterAgent::CurrentLoad() {
     return std::isfinite(v) ? v : (v < 0 ? std::numeric_limits<double>::lowest()
                                          : std::numeric_limits<double>::max());
   };
-  load.set_freeness(finite(snap->first.freeness));
-  load.set_dispatch_freeness(finite(snap->first.dispatch_freeness));
+  load.set_freeness(finite(snap->report.freeness));
+  load.set_dispatch_freeness(finite(snap->report.dispatch_freeness));
   load.set_num_migrating(migrator_.num_in_flight());
-  load.set_shortest_running_blocks(snap->second);
+  load.set_shortest_running_blocks(snap->shortest_blocks);
+  load.set_num_dispatched_in(snap->dispatched_in);
   return load;
 }
 

@@ -242,11 +242,15 @@ grpc::Status InstanceService::Resume(grpc::ServerContext* call, const v1::Resume
   MigrantState migrant = *std::move(state);
   std::optional<absl::Status> installed = CallOnLoop<absl::Status>(
       *ctx_.engine, ctx_.config.migration_timeout_ms,
-      [id, rid, migrant, tail, last_blocks, first = in->final_first_block(), stream](
+      [id, rid, migrant, tail, last_blocks, first = in->final_first_block(), stream,
+       counter = in->dispatched() ? &ctx_.num_dispatched_in : nullptr](
           LoopAccess& loop, std::function<void(absl::Status)> reply) {
         absl::Status s =
             loop.scheduler().ResumeMigrated(id, rid, migrant, tail, last_blocks, first);
-        if (s.ok()) loop.AttachStream(id, stream, 1);
+        if (s.ok()) {
+          loop.AttachStream(id, stream, 1);
+          if (counter != nullptr) ++*counter;
+        }
         reply(s);
       });
   Forget(rid);

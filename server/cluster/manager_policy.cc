@@ -19,7 +19,8 @@ std::vector<std::pair<const char*, int64_t>> LoadCounts(const v1::InstanceLoad& 
           {"num_preemptions", l.num_preemptions()},
           {"num_preempted_waiting", l.num_preempted_waiting()},
           {"num_migrating", l.num_migrating()},
-          {"shortest_running_blocks", l.shortest_running_blocks()}};
+          {"shortest_running_blocks", l.shortest_running_blocks()},
+          {"num_dispatched_in", static_cast<int64_t>(l.num_dispatched_in())}};
 }
 namespace {
 
@@ -89,6 +90,17 @@ absl::StatusOr<v1::ReportReply> ManagerPolicy::Report(const v1::InstanceReport& 
   instance.grpc_address = report.grpc_address();
   instance.http_address = report.http_address();
   instance.load = report.load();
+  // Dispatches the instance has taken in since its last report are in its load now; the rest
+  // (and the expired) still count against it. A count that went down is a restarted instance.
+  const uint64_t taken_in = report.load().num_dispatched_in();
+  uint64_t shown = taken_in >= instance.dispatched_in ? taken_in - instance.dispatched_in : 0;
+  instance.dispatched_in = taken_in;
+  auto& pending = instance.pending_dispatches;
+  for (; shown > 0 && !pending.empty(); --shown) pending.pop_front();
+  while (!pending.empty() && now_ms - pending.front().first > kPendingDispatchMs) {
+    pending.pop_front();
+  }
+  for (const auto& [at_ms, prompt_tokens] : pending) ChargeDispatch(instance.load, prompt_tokens);
   instance.report_seq = report.report_seq();
   instance.last_report_ms = now_ms;
   v1::ReportReply reply;
@@ -138,16 +150,21 @@ v1::DispatchReply ManagerPolicy::Dispatch(int32_t prompt_tokens, int32_t /*prior
   reply.set_instance_id(chosen->first);
   reply.set_grpc_address(chosen->second.grpc_address);
   ++num_dispatches_;
-  // Until the chosen instance reports again, the request counts against it as one more waiting
-  // request needing its prompt's blocks (16 tokens each): a burst that arrives between two
-  // reports is spread instead of herding onto the instance that looked best.
-  v1::InstanceLoad& load = table_.find(chosen->first)->second.load;
+  // The request counts against the chosen instance until it shows in its reports (file comment
+  // of manager_policy.h): a burst is spread instead of herding onto the instance that looked
+  // best.
+  Instance& instance = table_.find(chosen->first)->second;
+  ChargeDispatch(instance.load, prompt_tokens);
+  instance.pending_dispatches.emplace_back(now_ms, prompt_tokens);
+  return reply;
+}
+
+void ManagerPolicy::ChargeDispatch(v1::InstanceLoad& load, int32_t prompt_tokens) {
   const int32_t n = load.num_running() + load.num_waiting();
   const double need = std::ceil(std::max(prompt_tokens, 1) / 16.0);
   const double blocks = UnspreadBlocks(ClampFreeness(load.dispatch_freeness()), n) - need;
   load.set_dispatch_freeness(SpreadBlocks(blocks, n + 1));
   load.set_num_waiting(load.num_waiting() + 1);
-  return reply;
 }
 
 absl::Status ManagerPolicy::Drain(std::string_view instance_id, int64_t now_ms) {

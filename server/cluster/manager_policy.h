@@ -16,7 +16,8 @@
 // infinite. NaN is refused at Report.
 //
 // Rules (each is one method below):
-// - Registration: the first Report of an id registers it; every later one replaces its load.
+// - Registration: the first Report of an id registers it; every later one replaces its load,
+//   except for the dispatches it does not show yet (below).
 //   An instance silent for longer than instance_timeout_ms is dropped (and counted) by the next
 //   call that looks at the table; a later Report registers it afresh (not draining).
 // - Dispatch: among live instances that are neither draining nor busy (dispatch_freeness below
@@ -24,7 +25,12 @@
 //   higher first, and pick uniformly at random among the top-k (every instance tied with the
 //   k-th is in the pool). When every candidate is busy, the same ranking runs over the busy ones
 //   (the request has to run somewhere; the least loaded place is the best). No candidate at
-//   all: an empty answer (the entry instance runs it).
+//   all: an empty answer (the entry instance runs it). A dispatch counts against its instance
+//   at once, as one more waiting request needing its prompt's blocks (16 tokens each), and
+//   keeps counting, on top of each report, until the instance's num_dispatched_in shows that
+//   it has taken the request in (or kPendingDispatchMs pass: a forward that failed). A report
+//   taken before a forwarded request reached the instance's scheduler would otherwise erase the
+//   charge, and a burst would herd onto the instance that looked best.
 // - Pairing (Pair, every pair interval): sources are the instances that must move everything
 //   (draining, or reporting -inf) with anything left to move, and the instances with freeness
 //   below migrate_out_below or with preempted waiting requests that have a running request to
@@ -50,6 +56,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <map>
 #include <random>
@@ -67,6 +74,8 @@ namespace loom::cluster {
 // |freeness| beyond this is clamped (it stands for +-infinity).
 inline constexpr double kFreenessLimit = 1e9;
 inline constexpr double kInfinity = std::numeric_limits<double>::infinity();
+// How long a dispatch the instance has not taken in keeps counting against it.
+inline constexpr int64_t kPendingDispatchMs = 2000;
 // Instances the table holds at most; a report from one more is refused.
 inline constexpr size_t kMaxInstances = 4096;
 // The longest instance id accepted.
@@ -143,6 +152,10 @@ class ManagerPolicy {
     bool drain_requested = false;  // by Drain (the instance may also report it itself)
     bool has_order = false;
     v1::MigrateOrder order;
+    // Dispatches sent here that the instance's reports do not show yet, oldest first: when
+    // each was made and its prompt's tokens.
+    std::deque<std::pair<int64_t, int32_t>> pending_dispatches;
+    uint64_t dispatched_in = 0;  // num_dispatched_in of the last report
 
     bool draining() const { return drain_requested || load.draining(); }
   };
@@ -155,6 +168,9 @@ class ManagerPolicy {
     return instance.draining() || instance.load.freeness() == -kInfinity;
   }
   PairRole RoleOf(const Instance& instance) const;
+  // Counts a request of `prompt_tokens` dispatched to an instance in its load: one more waiting
+  // request needing its prompt's blocks.
+  static void ChargeDispatch(v1::InstanceLoad& load, int32_t prompt_tokens);
   // Whether moving `src`'s shortest running request to `dst` narrows their gap and leaves `dst`
   // above migrate_in_above.
   bool MoveNarrowsGap(const v1::InstanceLoad& src, const v1::InstanceLoad& dst) const;

@@ -226,6 +226,7 @@ void Migrator::Forward(SchedRequest request, const std::string& address,
   MigrantToProto(state, &resume);
   resume.set_request_key(StrCat(instance_id_, "/", request.id.value()));
   resume.set_source_instance(instance_id_);
+  resume.set_dispatched(true);
   if (request.deadline_ms > 0) {
     resume.set_deadline_remaining_ms(std::max<int64_t>(1, request.deadline_ms - ctx_.now_ms()));
   }

@@ -41,6 +41,9 @@ struct ServingContext {
   std::atomic<bool> draining{false};
   // HTTP/gRPC responses started and not yet finished (what a drain waits for).
   std::atomic<int64_t> num_inflight_responses{0};
+  // InstanceLoad.num_dispatched_in: incremented on the engine loop as each request the manager's
+  // dispatch sent here enters the scheduler, and read there by the load snapshot.
+  std::atomic<uint64_t> num_dispatched_in{0};
 };
 
 }  // namespace loom

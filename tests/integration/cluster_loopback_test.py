@@ -185,9 +185,16 @@ class LoopbackClusterTest(unittest.TestCase):
         moved = metric(target.port, "loom_migrations_total", 'outcome="committed"') - before
         self.assertGreaterEqual(moved, 1)
 
+    def dispatched_in(self):
+        """Requests the instances report having taken in from the manager's dispatch."""
+        _, body = get(self.manager_http, "/v1/instances")
+        return sum(i["load"]["num_dispatched_in"] for i in json.loads(body)["data"])
+
     def test_3_dispatch_sends_new_requests_to_the_least_loaded(self):
         entry = self.instances[2]
         before = metric(entry.port, "loom_requests_forwarded_total")
+        dispatches_before = metric(self.manager_http, "loom_manager_dispatches_total")
+        taken_in_before = self.dispatched_in()
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
             # One at a time, so that each dispatch sees the load the previous ones added: the
             # entry cannot stay the least loaded instance for all four.
@@ -199,6 +206,14 @@ class LoopbackClusterTest(unittest.TestCase):
         for finish, _ in results:
             self.assertEqual(finish, "length")
         self.assertGreaterEqual(metric(entry.port, "loom_requests_forwarded_total") - before, 1)
+        # Every dispatch shows in the load its instance reports (what ends the manager's charge
+        # for it), whether it ran where it arrived or was forwarded.
+        dispatches = metric(self.manager_http, "loom_manager_dispatches_total") - dispatches_before
+        self.assertEqual(dispatches, 4)
+        deadline = time.time() + 10
+        while self.dispatched_in() - taken_in_before < dispatches and time.time() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(self.dispatched_in() - taken_in_before, dispatches)
 
     def test_4_instances_serve_when_the_manager_dies(self):
         stop(self.manager)

@@ -142,12 +142,17 @@ class ManagerTest(unittest.TestCase):
 
     def test_dispatch_goes_to_the_least_loaded(self):
         seen = set()
+        by_id = {inst.id: inst for inst in self.instances}
         for _ in range(60):
-            # A dispatch counts against its instance until that instance reports again.
+            # A dispatch counts against its instance until that instance reports that it has
+            # taken the request in.
             for inst in self.instances:
                 inst.report()
-            seen.add(self.stub.Dispatch(pb.DispatchRequest(from_instance="mid", prompt_tokens=100),
-                                        timeout=10).instance_id)
+            chosen = self.stub.Dispatch(pb.DispatchRequest(from_instance="mid", prompt_tokens=100),
+                                        timeout=10).instance_id
+            seen.add(chosen)
+            if chosen in by_id:
+                by_id[chosen].load.num_dispatched_in += 1
         # Top-2 by dispatch freeness: cold (200) and mid (6); hot (-2) is busy.
         self.assertEqual(seen, {"cold", "mid"})
         reply = self.stub.Dispatch(pb.DispatchRequest(prompt_tokens=1), timeout=10)

@@ -53,13 +53,18 @@ v1::ReportReply MustReport(ManagerPolicy& policy, const v1::InstanceReport& r, i
   return reply.ok() ? *reply : v1::ReportReply();
 }
 
-// How often each instance was chosen in `draws` dispatches, each after `reports` came in again
-// (a dispatch counts against its instance only until that instance's next report).
+// How often each instance was chosen in `draws` dispatches, each after `reports` came in again,
+// every instance having taken in what was dispatched to it (so a dispatch counts against its
+// instance only until that instance's next report).
 std::map<std::string, int> DispatchCounts(ManagerPolicy& policy, int draws, int64_t now_ms,
                                           const std::vector<v1::InstanceReport>& reports) {
   std::map<std::string, int> counts;
   for (int i = 0; i < draws; ++i) {
-    for (const v1::InstanceReport& r : reports) EXPECT_TRUE(policy.Report(r, now_ms).ok());
+    for (v1::InstanceReport r : reports) {
+      auto it = counts.find(r.instance_id());
+      r.mutable_load()->set_num_dispatched_in(it == counts.end() ? 0 : it->second);
+      EXPECT_TRUE(policy.Report(r, now_ms).ok());
+    }
     ++counts[policy.Dispatch(10, 0, now_ms).instance_id()];
   }
   return counts;
@@ -319,9 +324,45 @@ TEST(ManagerPolicyTest, ADispatchCountsAgainstItsInstanceUntilItReports) {
   std::vector<std::string> picks;
   for (int i = 0; i < 4; ++i) picks.push_back(policy.Dispatch(160, 0, 0).instance_id());
   EXPECT_EQ(picks, (std::vector<std::string>{"a", "b", "a", "b"}));
-  // The next report replaces the estimate.
-  MustReport(policy, MakeReport("a", 40.0, 4, 1), 0);
+  // The next report replaces the estimate once it shows the requests taken in.
+  v1::InstanceReport a = MakeReport("a", 40.0, 4, 1);
+  a.mutable_load()->set_num_dispatched_in(2);
+  MustReport(policy, a, 0);
   EXPECT_EQ(policy.Dispatch(160, 0, 0).instance_id(), "a");
+}
+
+TEST(ManagerPolicyTest, ADispatchCountsUntilTheInstanceShowsIt) {
+  ManagerPolicyOptions o = Options();
+  o.dispatch_top_k = 1;
+  ManagerPolicy policy(o, 1);
+  MustReport(policy, MakeReport("a", 40.0, 4, 1), 0);
+  MustReport(policy, MakeReport("b", 36.0, 4, 1), 0);
+  ASSERT_EQ(policy.Dispatch(160, 0, 0).instance_id(), "a");  // a: (160 - 10) / 5 = 30
+  // a reports before the forwarded request reached its scheduler: still charged, so b is next.
+  MustReport(policy, MakeReport("a", 40.0, 4, 1), 10);
+  EXPECT_EQ(policy.Dispatch(160, 0, 10).instance_id(), "b");  // b: (144 - 10) / 5 = 26.8
+  // a has taken its request in (one more waiting, counted by a itself): no double charge.
+  v1::InstanceReport a = MakeReport("a", 30.0, 5, 1);
+  a.mutable_load()->set_num_dispatched_in(1);
+  MustReport(policy, a, 20);
+  MustReport(policy, MakeReport("b", 36.0, 4, 1), 20);  // b's request is still on its way
+  // a: 30 (its own report) > b: 26.8 (charged again on top of its report).
+  EXPECT_EQ(policy.Dispatch(160, 0, 20).instance_id(), "a");
+
+  // A dispatch that never arrives (its forward failed) stops counting after kPendingDispatchMs.
+  o.instance_timeout_ms = 10 * kPendingDispatchMs;  // the instances stay registered meanwhile
+  ManagerPolicy lost(o, 1);
+  MustReport(lost, MakeReport("a", 40.0, 4, 1), 0);
+  MustReport(lost, MakeReport("b", 36.0, 4, 1), 0);
+  ASSERT_EQ(lost.Dispatch(160, 0, 0).instance_id(), "a");
+  // Still charged at the limit: a 30 < b 36.
+  MustReport(lost, MakeReport("a", 40.0, 4, 1), kPendingDispatchMs);
+  MustReport(lost, MakeReport("b", 36.0, 4, 1), kPendingDispatchMs);
+  ASSERT_EQ(lost.Dispatch(160, 0, kPendingDispatchMs).instance_id(), "b");
+  // Past it, a's lost request no longer counts (40), while b's recent one does (26.8).
+  MustReport(lost, MakeReport("a", 40.0, 4, 1), kPendingDispatchMs + 1);
+  MustReport(lost, MakeReport("b", 36.0, 4, 1), kPendingDispatchMs + 1);
+  EXPECT_EQ(lost.Dispatch(160, 0, kPendingDispatchMs + 1).instance_id(), "a");
 }
 
 TEST(ManagerPolicyTest, ADispatchIntoADeficitCountsInBlocks) {
