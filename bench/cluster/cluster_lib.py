@@ -1,6 +1,7 @@
 """Shared by the cluster benchmarks: start loomd instances and a manager on loopback ports,
 stream completions and time them, read metrics, and describe the machine."""
 import http.client
+import json
 import os
 import platform
 import signal
@@ -77,6 +78,15 @@ def start_manager(loomd, *extra, log=None):
     return Process([loomd, "--role", "manager", "--host", "127.0.0.1", "--port", "0",
                     "--grpc-port", "0", "--api-keys", KEY, *extra], "loom manager listening", 1,
                    log=log)
+
+
+def get_json(port, path):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request("GET", path, headers={"Authorization": f"Bearer {KEY}"})
+        return json.loads(conn.getresponse().read().decode())
+    finally:
+        conn.close()
 
 
 def metric_sum(port, name, label=""):

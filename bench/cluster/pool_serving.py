@@ -9,6 +9,9 @@ different runs. Runs must have the same modes; their settings should differ only
 
   python3 bench/cluster/pool_serving.py bench/results/cluster/serving_a.json \
       bench/results/cluster/serving_b.json [--out pooled.json]
+
+A run given as FILE::TAG has TAG appended to its modes' names, so that runs of two builds (or
+settings) can be pooled side by side: `old.json::before new.json::after`.
 """
 import argparse
 import json
@@ -18,11 +21,12 @@ import sys
 import cluster_lib as lib
 
 
-def pool(reports):
+def pool(reports, tags):
     modes = {}
-    for report in reports:
+    for report, tag in zip(reports, tags):
         for row in report["rows"]:
-            m = modes.setdefault(row["mode"], {"ttft": [], "tpot": [], "failed": 0,
+            name = f"{row['mode']} {tag}" if tag else row["mode"]
+            m = modes.setdefault(name, {"ttft": [], "tpot": [], "failed": 0,
                                                "preemptions": 0.0, "migrations": 0.0,
                                                "per_run_ttft_p99_s": []})
             ok = [r for r in row["requests"] if r["ok"] and r["chunks"] > 0]
@@ -56,33 +60,37 @@ def main():
     p.add_argument("runs", nargs="+", help="JSON files written by skewed_serving.py --out")
     p.add_argument("--out")
     args = p.parse_args()
-    reports = []
-    for path in args.runs:
+    reports, tags, paths = [], [], []
+    for spec in args.runs:
+        path, _, tag = spec.partition("::")
         with open(path, encoding="utf-8") as f:
             reports.append(json.load(f))
-    base = {k: v for k, v in reports[0]["settings"].items() if k not in ("seed", "out", "logs")}
+        tags.append(tag)
+        paths.append(path)
+    args.runs = paths
+    base = {k: v for k, v in reports[0]["settings"].items() if k not in ("seed", "out", "logs", "modes")}
     for path, report in zip(args.runs, reports):
-        other = {k: v for k, v in report["settings"].items() if k not in ("seed", "out", "logs")}
+        other = {k: v for k, v in report["settings"].items() if k not in ("seed", "out", "logs", "modes")}
         # A key one run lacks (an older script) is not a difference.
         diff = sorted(k for k in base.keys() & other.keys() if base[k] != other[k])
         if diff:
             print(f"warning: {path} differs from {args.runs[0]} in {', '.join(diff)}",
                   file=sys.stderr)
-    rows = pool(reports)
+    rows = pool(reports, tags)
     first = rows[0]["ttft_p99_s"] if rows else float("nan")
     for row in rows:
         per_run = ", ".join(f"{x:.2f}" for x in row["per_run_ttft_p99_s"])
-        print(f"{row['mode']:12s} {row['completed']:4d} requests ({row['failed']} failed) | TTFT "
+        print(f"{row['mode']:20s} {row['completed']:4d} requests ({row['failed']} failed) | TTFT "
               f"mean {row['ttft_mean_s']:5.2f} s  P95 {row['ttft_p95_s']:5.2f} s  P99 "
               f"{row['ttft_p99_s']:5.2f} s (x{first / row['ttft_p99_s']:.2f} against the first "
               f"mode; per run {per_run}) | TPOT mean {row['tpot_mean_ms']:5.1f} ms  P99 "
               f"{row['tpot_p99_ms']:5.1f} ms | preemptions {row['preemptions']:.0f}")
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
-            json.dump({"runs": [{"file": path.rsplit("/", 1)[-1],
+            json.dump({"runs": [{"file": path.rsplit("/", 1)[-1], "tag": tag,
                                  "seed": r["settings"].get("seed"),
                                  "commit": r["machine"].get("commit")}
-                                for path, r in zip(args.runs, reports)],
+                                for path, tag, r in zip(args.runs, tags, reports)],
                        "settings": base, "machine": reports[0]["machine"], "rows": rows},
                       f, indent=1)
 

@@ -31,6 +31,7 @@ import math
 import os
 import random
 import statistics
+import threading
 import time
 
 import cluster_lib as lib
@@ -70,6 +71,19 @@ def finite(value, digits):
     return round(value, digits) if math.isfinite(value) else None
 
 
+def poll_loads(port, path, start, stop):
+    """Writes the manager's view of every instance (GET /v1/instances: its load as last
+    reported, with the charges of dispatches since) every 0.1 s, one JSON line each, with the
+    time since the first arrival."""
+    with open(path, "w", encoding="utf-8") as out:
+        while not stop.wait(0.1):
+            try:
+                view = lib.get_json(port, "/v1/instances")
+            except OSError:
+                continue
+            out.write(json.dumps({"t": round(time.perf_counter() - start, 3), **view}) + "\n")
+
+
 def run_mode(mode, reqs, args):
     manager = None
     instances = []
@@ -96,6 +110,11 @@ def run_mode(mode, reqs, args):
         time.sleep(0.5)  # first load reports
         results = [None] * len(reqs)
         start = time.perf_counter()
+        stop_polling = threading.Event()
+        if manager is not None and args.logs:
+            threading.Thread(target=poll_loads, daemon=True,
+                             args=(manager.port, f"{args.logs}-{mode}-loads.jsonl", start,
+                                   stop_polling)).start()
         with concurrent.futures.ThreadPoolExecutor(max_workers=len(reqs)) as pool:
             futures = []
             for i, r in enumerate(reqs):
@@ -108,6 +127,7 @@ def run_mode(mode, reqs, args):
             for i, f in futures:
                 results[i] = f.result()
         wall = time.perf_counter() - start
+        stop_polling.set()
         stats = {
             "preemptions": sum(lib.metric_sum(x.port, "loom_num_preemptions_total")
                                for x in instances),
@@ -174,7 +194,9 @@ def main():
                    help="Zipf exponent of the clients' shares of the requests")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--out")
-    p.add_argument("--logs", help="write each process's log to LOGS-<mode>-<process>.log")
+    p.add_argument("--logs", help="write each process's log to LOGS-<mode>-<process>.log, and "
+                   "the manager's view of the instances' load every 0.1 s to "
+                   "LOGS-<mode>-loads.jsonl")
     args = p.parse_args()
     reqs = workload(args)
     rows = []
