@@ -20,15 +20,21 @@ import sys
 
 import cluster_lib as lib
 
+# Settings that may differ between the runs of one pool.
+PER_RUN_SETTINGS = ("seed", "out", "logs", "modes")
+
+
+def shared_settings(report):
+    return {k: v for k, v in report["settings"].items() if k not in PER_RUN_SETTINGS}
+
 
 def pool(reports, tags):
     modes = {}
     for report, tag in zip(reports, tags):
         for row in report["rows"]:
             name = f"{row['mode']} {tag}" if tag else row["mode"]
-            m = modes.setdefault(name, {"ttft": [], "tpot": [], "failed": 0,
-                                               "preemptions": 0.0, "migrations": 0.0,
-                                               "per_run_ttft_p99_s": []})
+            m = modes.setdefault(name, {"ttft": [], "tpot": [], "failed": 0, "preemptions": 0.0,
+                                        "migrations": 0.0, "per_run_ttft_p99_s": []})
             ok = [r for r in row["requests"] if r["ok"] and r["chunks"] > 0]
             m["ttft"] += [r["ttft_s"] for r in ok if r["ttft_s"] is not None]
             m["tpot"] += [r["tpot_ms"] for r in ok if r["tpot_ms"] is not None]
@@ -68,9 +74,9 @@ def main():
         tags.append(tag)
         paths.append(path)
     args.runs = paths
-    base = {k: v for k, v in reports[0]["settings"].items() if k not in ("seed", "out", "logs", "modes")}
+    base = shared_settings(reports[0])
     for path, report in zip(args.runs, reports):
-        other = {k: v for k, v in report["settings"].items() if k not in ("seed", "out", "logs", "modes")}
+        other = shared_settings(report)
         # A key one run lacks (an older script) is not a difference.
         diff = sorted(k for k in base.keys() & other.keys() if base[k] != other[k])
         if diff:

@@ -79,7 +79,7 @@ def poll_loads(port, path, start, stop):
         while not stop.wait(0.1):
             try:
                 view = lib.get_json(port, "/v1/instances")
-            except OSError:
+            except (OSError, ValueError):  # not answering, or not JSON (stopping)
                 continue
             out.write(json.dumps({"t": round(time.perf_counter() - start, 3), **view}) + "\n")
 

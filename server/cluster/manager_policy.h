@@ -5,9 +5,9 @@
 //
 // Freeness (the file comment of cluster.proto): free KV blocks per request of an instance's
 // batch, virtual demand counted (times block_size: the decode steps left before the cache is
-// full). Higher is less loaded; negative means
-// queued demand exceeds free memory; -infinity means "move everything off me" (draining). The
-// manager ranks and compares by it, and estimates it after a move by taking it to be
+// full). Higher is less loaded; negative means queued demand exceeds free memory; -infinity
+// means "move everything off me" (draining). The manager ranks and compares by it, and
+// estimates it after a move by taking it to be
 //   freeness = (num_free_blocks - virtual demand) / max(batch_size, 1)
 // so that moving a request of b blocks from S to D gives
 //   S: (F_S * max(B_S, 1) + b) / max(B_S - 1, 1)      D: (F_D * max(B_D, 1) - b) / (B_D + 1).

@@ -53,6 +53,13 @@ v1::ReportReply MustReport(ManagerPolicy& policy, const v1::InstanceReport& r, i
   return reply.ok() ? *reply : v1::ReportReply();
 }
 
+// Reports "a" (freeness 40 over 4 running: 160 blocks) and "b" (36 over 4: 144 blocks), neither
+// showing any dispatch taken in yet.
+void ReportAAndB(ManagerPolicy& policy, int64_t now_ms) {
+  MustReport(policy, MakeReport("a", 40.0, 4, 1), now_ms);
+  MustReport(policy, MakeReport("b", 36.0, 4, 1), now_ms);
+}
+
 // How often each instance was chosen in `draws` dispatches, each after `reports` came in again,
 // every instance having taken in what was dispatched to it (so a dispatch counts against its
 // instance only until that instance's next report).
@@ -318,8 +325,7 @@ TEST(ManagerPolicyTest, ADispatchCountsAgainstItsInstanceUntilItReports) {
   ManagerPolicyOptions o = Options();
   o.dispatch_top_k = 1;
   ManagerPolicy policy(o, 1);
-  MustReport(policy, MakeReport("a", 40.0, 4, 1), 0);
-  MustReport(policy, MakeReport("b", 36.0, 4, 1), 0);
+  ReportAAndB(policy, 0);
   // A burst between two reports alternates instead of herding onto "a".
   std::vector<std::string> picks;
   for (int i = 0; i < 4; ++i) picks.push_back(policy.Dispatch(160, 0, 0).instance_id());
@@ -335,8 +341,7 @@ TEST(ManagerPolicyTest, ADispatchCountsUntilTheInstanceShowsIt) {
   ManagerPolicyOptions o = Options();
   o.dispatch_top_k = 1;
   ManagerPolicy policy(o, 1);
-  MustReport(policy, MakeReport("a", 40.0, 4, 1), 0);
-  MustReport(policy, MakeReport("b", 36.0, 4, 1), 0);
+  ReportAAndB(policy, 0);
   ASSERT_EQ(policy.Dispatch(160, 0, 0).instance_id(), "a");  // a: (160 - 10) / 5 = 30
   // a reports before the forwarded request reached its scheduler: still charged, so b is next.
   MustReport(policy, MakeReport("a", 40.0, 4, 1), 10);
@@ -352,16 +357,13 @@ TEST(ManagerPolicyTest, ADispatchCountsUntilTheInstanceShowsIt) {
   // A dispatch that never arrives (its forward failed) stops counting after kPendingDispatchMs.
   o.instance_timeout_ms = 10 * kPendingDispatchMs;  // the instances stay registered meanwhile
   ManagerPolicy lost(o, 1);
-  MustReport(lost, MakeReport("a", 40.0, 4, 1), 0);
-  MustReport(lost, MakeReport("b", 36.0, 4, 1), 0);
+  ReportAAndB(lost, 0);
   ASSERT_EQ(lost.Dispatch(160, 0, 0).instance_id(), "a");
   // Still charged at the limit: a 30 < b 36.
-  MustReport(lost, MakeReport("a", 40.0, 4, 1), kPendingDispatchMs);
-  MustReport(lost, MakeReport("b", 36.0, 4, 1), kPendingDispatchMs);
+  ReportAAndB(lost, kPendingDispatchMs);
   ASSERT_EQ(lost.Dispatch(160, 0, kPendingDispatchMs).instance_id(), "b");
   // Past it, a's lost request no longer counts (40), while b's recent one does (26.8).
-  MustReport(lost, MakeReport("a", 40.0, 4, 1), kPendingDispatchMs + 1);
-  MustReport(lost, MakeReport("b", 36.0, 4, 1), kPendingDispatchMs + 1);
+  ReportAAndB(lost, kPendingDispatchMs + 1);
   EXPECT_EQ(lost.Dispatch(160, 0, kPendingDispatchMs + 1).instance_id(), "a");
 }
 
