@@ -125,7 +125,8 @@ struct BackendOptions {
   // CPU: worker threads (0: one per available core).
   int num_threads = 0;
   // CPU: whether prefill matmuls may round activations to bf16 once (faster, ~3 significant
-  // digits) instead of the default split-bf16 scheme that matches f32 to ~1e-5.
+  // digits) instead of the default f32 accuracy (on AMX: activations split into three bf16
+  // parts).
   bool fast_bf16_matmul = false;
   // CPU: whether the GEMV of block-quantized weights (decode) quantizes activations to int8
   // (cpu::QuantActivations::kInt8) instead of keeping them f32.

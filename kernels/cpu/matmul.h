@@ -11,7 +11,7 @@
 //     every weight row is read from memory once and dotted with all m rows of x.
 //   GEMM (prefill, large m): compute bound. With AMX and bf16 weights, W tiles are loaded from the
 //     mapping as the A operand of y^T = W · x^T and x is packed into bf16 tiles (split into
-//     hi + lo halves by default, see MatmulPrecision). Otherwise a cache-blocked FMA kernel: x is
+//     three bf16 parts that sum to x by default, see MatmulPrecision). Otherwise a cache-blocked FMA kernel: x is
 //     packed into token panels and each thread widens small blocks of its weight rows to f32 in
 //     the workspace just before broadcasting them against the panels.
 //
@@ -53,9 +53,10 @@
 // Accuracy: quantized weights as above (exact dequantized weights, f32 sums); the FMA paths
 // multiply exactly (bf16/f16 weights widen to f32 exactly) and accumulate
 // in f32, so they match the f32 reference up to summation order (~1e-6 of sum_k |x·w|). The AMX
-// default (split bf16) is within 2^-17 of exact per product; the explicit MatmulPrecision::kBf16
-// rounds x to bf16 (up to ~4e-3 of sum_k |x·w|). With the default precision a token's output
-// does not depend on the batch (and so the path) it is computed in beyond ~1e-5 relative.
+// default (x split into three bf16 parts) multiplies exactly as well; the explicit
+// MatmulPrecision::kBf16 rounds x to bf16 (up to ~4e-3 of sum_k |x·w|). With the default
+// precision a token's output does not depend on the batch (and so the path) it is computed in
+// beyond f32 summation order (~1e-6 relative).
 //
 // Threading: call from one thread at a time per ThreadPool (the pool's rule). No allocation, no
 // logging; the GEMM paths take a caller-provided workspace (MatmulWorkspaceBytes).
@@ -100,10 +101,12 @@ struct MatmulProjection {
 // relative per weight, like x's rounding). Every other path computes with f32 x (as accurate as
 // kHighest or more).
 enum class MatmulPrecision : uint8_t {
-  // x = x_hi + x_lo, both bf16 (x_hi = bf16(x), x_lo = bf16(x - x_hi)), two bf16 products per
-  // weight into one f32 accumulator: ~2^-17 relative error per product. The default.
+  // x = x_hi + x_mid + x_lo, all bf16 (each the bf16 rounding of what the parts before leave),
+  // which is x exactly for normal values: three bf16 products per weight into one f32
+  // accumulator, each exact, so f32 accuracy. The default.
   kHighest,
-  // x rounded to bf16 once: half the tile work of kHighest, ~2^-9 relative error per product.
+  // x rounded to bf16 once: a third of the tile work of kHighest, ~2^-9 relative error per
+  // product.
   kBf16,
 };
 

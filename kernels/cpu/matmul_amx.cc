@@ -6,14 +6,20 @@
 // VNNI layout (tile row r holds the k pair (2r, 2r + 1) of 16 tokens), so
 //   C[n][i] += sum_r W[n][2r] * x[i][2r] + W[n][2r + 1] * x[i][2r + 1]
 // with f32 accumulation, and each 16×16 C tile is transposed on its way into y.
-// MatmulPrecision::kHighest splits x = x_hi + x_lo (both bf16, x_lo = bf16(x - x_hi)) and issues
-// two TDPBF16PS per weight tile into the same accumulator (~2^-17 relative error per product);
+// MatmulPrecision::kHighest splits x = x_hi + x_mid + x_lo (all bf16: x_hi = bf16(x), x_mid =
+// bf16(x - x_hi), x_lo = bf16(x - x_hi - x_mid); the three hold x's 24 significant bits, so the
+// split is exact for every normal f32 whose last part is not below bf16's normal range) and
+// issues three TDPBF16PS per weight tile into the same accumulator: products of bf16 weights are
+// exact, so the result is an f32 sum like the FMA paths', and a token's output does not depend on
+// which path its batch took beyond f32 summation order. Two parts (x_hi + x_mid) were ~2^-17
+// relative per product: on a Xeon with AMX, logits of the same token computed by the GEMV (a
+// small batch) and by the tiles (a large one) then differed by ~2.5e-5 on magnitudes near 10.
 // kBf16 packs x_hi only.
 //
 // Ownership: threads split the concatenated weight rows of the group in units of 32 rows (two A
 // tiles); each thread computes all m for its rows, so no two threads write the same y element.
 // Per 32 rows × 32 tokens block the four C tiles live in tmm0-3, the two weight tiles in tmm4-5
-// and x tiles in tmm6-7. Rows past the last full 16 of a weight go to the AVX-512 dot kernel
+// and x tiles (one part at a time) in tmm6-7. Rows past the last full 16 of a weight go to the AVX-512 dot kernel
 // (GemmRowsAvx512); groups with f16/f32 weights never come here (the dispatcher runs them on the
 // AVX-512 panel GEMM). A k tail (k % 32) is copied with zero padding into a per-thread 16×32
 // scratch tile, so nothing is read past a row, odd k included.
@@ -57,8 +63,11 @@ using amx::TileZero;
 constexpr int64_t kTileBytes = 1024;        // 16 rows × 64 bytes
 constexpr int64_t kTileK = 32;              // bf16 elements of k per tile row
 constexpr int64_t kMc = 256;                // tokens per x block (multiple of 32)
-constexpr int64_t kChunkBlocksSplit = 32;   // k blocks of 32 per chunk with x_hi + x_lo
-constexpr int64_t kChunkBlocksSingle = 64;  // the same with x_hi only
+// k blocks of 32 per chunk: the packed x of kMc tokens × one chunk is 1 MiB (L2 holds 2 MiB on
+// the Xeons with AMX) with three parts and with one.
+constexpr int64_t kChunkBlocksSplit = 21;   // x_hi + x_mid + x_lo
+constexpr int64_t kChunkBlocksSingle = 64;  // x_hi only
+constexpr int kSplitParts = 3;
 constexpr int64_t kThreadScratchBytes = 6 * kTileBytes;
 
 // All eight tiles are 16 rows × 64 bytes.
@@ -123,7 +132,7 @@ __m512i PackPairs(__m512i lo, __m512i hi) {
 }
 
 // The packed x of one call: tile (group g of 16 tokens, k block b, part p) at
-// ((g * num_blocks + b) * num_parts + p) * kTileBytes; part 0 is x_hi, part 1 x_lo.
+// ((g * num_blocks + b) * num_parts + p) * kTileBytes; part 0 is x_hi, then x_mid and x_lo.
 struct PackedX {
   uint8_t* data;
   int64_t num_groups;
@@ -145,31 +154,29 @@ void PackGroup(const MatmulInput& x, int64_t g, const PackedX& packed) {
     const __mmask16 mask1 =
         k_left >= 32 ? 0xffff
                      : (k_left <= 16 ? 0 : static_cast<__mmask16>((1u << (k_left - 16)) - 1u));
-    __m512i hi[16];
-    __m512i lo[16];
+    // parts[p][c]: part p of token c's 32 values, as VNNI pairs.
+    __m512i parts[kSplitParts][16];
     for (int64_t c = 0; c < 16; ++c) {
       if (c >= num_tokens) {
-        hi[c] = lo[c] = _mm512_setzero_si512();
+        for (int64_t p = 0; p < packed.num_parts; ++p) parts[p][c] = _mm512_setzero_si512();
         continue;
       }
       const float* row = x.data + (g * 16 + c) * x.stride + k0;
-      const __m512 v0 = _mm512_maskz_loadu_ps(mask0, row);
-      const __m512 v1 = _mm512_maskz_loadu_ps(mask1, row + 16);
-      const __m512i h0 = RoundToBf16(v0);
-      const __m512i h1 = RoundToBf16(v1);
-      hi[c] = PackPairs(h0, h1);
-      if (packed.num_parts == 2) {
-        const __m512i l0 = RoundToBf16(_mm512_sub_ps(v0, _mm512_castsi512_ps(h0)));
-        const __m512i l1 = RoundToBf16(_mm512_sub_ps(v1, _mm512_castsi512_ps(h1)));
-        lo[c] = PackPairs(l0, l1);
+      __m512 rest0 = _mm512_maskz_loadu_ps(mask0, row);
+      __m512 rest1 = _mm512_maskz_loadu_ps(mask1, row + 16);
+      for (int64_t p = 0; p < packed.num_parts; ++p) {
+        const __m512i h0 = RoundToBf16(rest0);
+        const __m512i h1 = RoundToBf16(rest1);
+        parts[p][c] = PackPairs(h0, h1);
+        // Exact: rest and its bf16 rounding share their leading bits.
+        rest0 = _mm512_sub_ps(rest0, _mm512_castsi512_ps(h0));
+        rest1 = _mm512_sub_ps(rest1, _mm512_castsi512_ps(h1));
       }
     }
     uint8_t* tile = packed.tile(g, b);
-    Transpose16x16(hi);
-    for (int r = 0; r < 16; ++r) _mm512_storeu_si512(tile + r * 64, hi[r]);
-    if (packed.num_parts == 2) {
-      Transpose16x16(lo);
-      for (int r = 0; r < 16; ++r) _mm512_storeu_si512(tile + kTileBytes + r * 64, lo[r]);
+    for (int64_t p = 0; p < packed.num_parts; ++p) {
+      Transpose16x16(parts[p]);
+      for (int r = 0; r < 16; ++r) _mm512_storeu_si512(tile + p * kTileBytes + r * 64, parts[p][r]);
     }
   }
 }
@@ -180,7 +187,7 @@ struct BlockArgs {
   int64_t w_stride;        // bytes between weight rows (k * 2)
   const uint8_t* x_tiles;  // packed tile (first group, k block 0)
   int64_t x_group_stride;  // bytes between token groups
-  int64_t num_parts;       // 2: x_hi and x_lo tiles follow each other
+  int64_t num_parts;       // 3: x_hi, x_mid and x_lo tiles follow each other
   int64_t block_begin;
   int64_t block_end;
   int64_t num_full_blocks;  // k / 32; block num_full_blocks is the zero-padded tail
@@ -204,7 +211,10 @@ inline void MultiplyPart(const uint8_t* xt, int64_t group_stride) {
 template <int kNg, int kMg, bool kSplit>
 inline void MultiplyBlock(const uint8_t* xt, int64_t group_stride) {
   MultiplyPart<kNg, kMg>(xt, group_stride);
-  if constexpr (kSplit) MultiplyPart<kNg, kMg>(xt + kTileBytes, group_stride);
+  if constexpr (kSplit) {
+    MultiplyPart<kNg, kMg>(xt + kTileBytes, group_stride);
+    MultiplyPart<kNg, kMg>(xt + 2 * kTileBytes, group_stride);
+  }
 }
 
 template <int kNg, int kMg, bool kSplit>
@@ -285,7 +295,7 @@ void RunRowBlock(const AmxCall& call, const MatmulProjection& p, int64_t n, int 
   for (int64_t i = m0; i < m1; i += 32) {
     const int mg = m1 - i > 16 ? 2 : 1;
     a.x_tiles = call.packed.tile(i / 16, 0);
-    PickComputeBlock(ng, mg, call.packed.num_parts == 2)(a);
+    PickComputeBlock(ng, mg, call.packed.num_parts == kSplitParts)(a);
     for (int t = 0; t < ng * 2; ++t) {  // tile t = 2 * (weight group) + (token group)
       const int g = t % 2;
       if (g >= mg) continue;
@@ -341,7 +351,7 @@ uint8_t* AlignTo64(void* p) {
 }
 
 int64_t PackedBytes(int64_t m, int64_t k, MatmulPrecision precision) {
-  const int64_t parts = precision == MatmulPrecision::kHighest ? 2 : 1;
+  const int64_t parts = precision == MatmulPrecision::kHighest ? kSplitParts : 1;
   return (m + 15) / 16 * ((k + kTileK - 1) / kTileK) * parts * kTileBytes;
 }
 
@@ -359,7 +369,7 @@ void GemmAmx(const GroupArgs& args, ThreadPool& pool) {
   call.packed.data = AlignTo64(args.workspace);
   call.packed.num_groups = (args.x.m + 15) / 16;
   call.packed.num_blocks = (args.x.k + kTileK - 1) / kTileK;
-  call.packed.num_parts = split ? 2 : 1;
+  call.packed.num_parts = split ? kSplitParts : 1;
   call.thread_scratch = call.packed.data + PackedBytes(args.x.m, args.x.k, args.precision);
   call.chunk_blocks = split ? kChunkBlocksSplit : kChunkBlocksSingle;
 

@@ -459,6 +459,27 @@ TEST(MatmulTest, ChecksIsaAndWorkspace) {
   }
 }
 
+// The AMX default splits x into three bf16 parts that sum to it exactly, so with an identity
+// weight (one exact product per output) y is x bit for bit, as on the FMA paths. Two parts would
+// drop x's last 8 significant bits.
+TEST(MatmulTest, AmxDefaultPrecisionKeepsEveryBitOfX) {
+  if (!IsaSupported(Isa::kAmx)) GTEST_SKIP() << "no AMX";
+  constexpr int64_t kM = 64, kK = 96;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-4.0f, 4.0f);
+  std::vector<float> x(kM * kK);
+  for (float& v : x) v = dist(rng);
+  std::vector<uint16_t> identity(kK * kK, 0);
+  for (int64_t i = 0; i < kK; ++i) identity[i * kK + i] = F32ToBf16(1.0f);
+  const MatmulOptions amx{MatmulPrecision::kHighest, MatmulPath::kGemm, Isa::kAmx};
+  std::vector<uint8_t> ws(MatmulWorkspaceBytes(kM, kK, 2, amx));
+  std::vector<float> y(kM * kK, -1.0f);
+  ASSERT_EQ(Matmul({x.data(), kM, kK, kK}, {identity.data(), DType::kBF16, kK, nullptr, y.data(), kK},
+                   Pool(2), ws.data(), ws.size(), amx),
+            MatmulStatus::kOk);
+  for (int64_t i = 0; i < kM * kK; ++i) ASSERT_EQ(y[i], x[i]) << i;
+}
+
 #if defined(LOOM_ISA_EMULATION)
 // Against the emulated kernels every level must run, or the AVX-512 and AMX cases above would
 // skip and prove nothing.
