@@ -95,6 +95,7 @@ struct RunSettings {
   bool kv_hadamard = true;
   bool fast_bf16 = false;
   std::string quant_activations = "f32";  // or "int8"
+  std::string weight_memory = "auto";     // or "file", "anonymous" (EngineConfig::weight_memory)
   // MoE models: the expert cache's size as a share of the routed experts (0 = every expert
   // resident), and whether missing experts may be computed on the host (device backends).
   int64_t expert_cache_percent = 0;
@@ -145,6 +146,9 @@ nlohmann::json RunOne(const RunSettings& s, int threads, int batch, double bandw
   config.kv_hadamard = s.kv_hadamard;
   config.fast_bf16_matmul = s.fast_bf16;
   config.int8_activations = s.quant_activations == "int8";
+  config.weight_memory = s.weight_memory == "file"        ? WeightMemory::kFile
+                         : s.weight_memory == "anonymous" ? WeightMemory::kAnonymous
+                                                          : WeightMemory::kAuto;
   config.max_num_batched_tokens = static_cast<int32_t>(s.max_batched_tokens);
   config.max_context_len = static_cast<int32_t>(s.prompt_len + s.gen_len + config.block_size);
   if (s.backend == "cuda") config.backend = BackendKind::kCuda;
@@ -233,6 +237,7 @@ nlohmann::json RunOne(const RunSettings& s, int threads, int batch, double bandw
           {"decode_effective_gb_per_s", effective_gbps},
           {"decode_roofline_tokens_per_s", roofline_tps},
           {"decode_fraction_of_roofline", roofline_tps > 0 ? decode_tps / roofline_tps : 0},
+          {"weights_in_anonymous_memory", info.weights_in_anonymous_memory},
           // The KV cache format: what one token takes, how many tokens a GiB holds, and the
           // bf16 residual tail each sequence holds besides (low-bit formats).
           {"kv_cache_dtype", std::string(DTypeName(cap.kv_dtype))},
@@ -273,6 +278,9 @@ int Run(const std::vector<std::string>& args) {
              "bf16-rounded matmul activations (prefill; one-sequence decode on AVX512-BF16)");
   flags.String("quant-activations", &s.quant_activations,
                "activations of quantized-weight decode matmuls: f32 or int8");
+  flags.String("weight-memory", &s.weight_memory,
+               "CPU: weights read from the file mapping (file), a copy in anonymous memory "
+               "(anonymous) or auto");
   flags.String("backend", &s.backend, "cpu or cuda");
   flags.Int("max-batched-tokens", &s.max_batched_tokens, "step token budget (prefill chunk size)");
   flags.Double("peak-tflops", &s.peak_tflops, "prefill FLOP ceiling to report a fraction of");
@@ -292,6 +300,10 @@ int Run(const std::vector<std::string>& args) {
   }
   if (status.ok() && s.quant_activations != "f32" && s.quant_activations != "int8") {
     status = absl::InvalidArgumentError("--quant-activations must be f32 or int8");
+  }
+  if (status.ok() && s.weight_memory != "auto" && s.weight_memory != "file" &&
+      s.weight_memory != "anonymous") {
+    status = absl::InvalidArgumentError("--weight-memory must be auto, file or anonymous");
   }
   if (status.ok() && s.expert_host_compute != "auto" && s.expert_host_compute != "never" &&
       s.expert_host_compute != "always") {
@@ -324,6 +336,7 @@ int Run(const std::vector<std::string>& args) {
         {"repeat", s.repeat},
         {"fast_bf16_matmul", s.fast_bf16},
         {"quant_activations", s.quant_activations},
+        {"weight_memory", s.weight_memory},
         {"expert_cache_percent", s.expert_cache_percent},
         {"expert_host_compute", s.expert_host_compute},
         {"moe_grouped_experts", s.moe_grouped_experts}}}};

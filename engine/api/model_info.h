@@ -38,6 +38,9 @@ struct ModelInfo {
   // Weight bytes one decode step reads: every matrix once, the embedding table only when it is
   // also the (tied) LM head (otherwise one row of it, not counted).
   int64_t decode_weight_bytes = 0;
+  // CPU backend: the weights are read from a copy in anonymous memory made at load, not in place
+  // from the files' mappings (EngineConfig::weight_memory).
+  bool weights_in_anonymous_memory = false;
 };
 
 // The physical KV pool as the scheduler sees it: `num_blocks` blocks of `block_size` tokens.

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "engine/backend/backend.h"
 #include "engine/experts/expert_provider.h"
+#include "engine/weights/file_mapping.h"
 #include "kernels/common/dtype.h"
 
 namespace loom {
@@ -58,6 +59,12 @@ struct EngineConfig {
   // Fault the weights into memory at load, so the first step is not slowed by page faults (with
   // an expert cache, every weight but the routed experts').
   bool populate_weights = true;
+  // CPU backend without an expert cache: read the weights in place from the files' mappings, or
+  // from a copy in anonymous memory, which the kernel backs with huge pages, made at load (faster
+  // decode, one read of the files at load; engine/weights/file_mapping.h); kAuto copies each
+  // file that is at most half of the memory available. Other backends copy the weights to the
+  // device from the mappings.
+  WeightMemory weight_memory = WeightMemory::kAuto;
   // Mixture-of-experts models: memory for the expert cache (RAM on the CPU backend, device memory
   // on CUDA). 0 keeps every expert resident (in the checkpoint's mapping, or on the device).
   // Above 0, routed experts live in a slower tier and this many bytes of slots hold the hot ones

@@ -104,6 +104,7 @@ ModelInfo MakeModelInfo(const EngineConfig& engine, const ModelConfig& m, const 
   }
   info.num_parameters = ckpt.num_parameters();
   info.weight_bytes = ckpt.total_bytes();
+  info.weights_in_anonymous_memory = ckpt.in_anonymous_memory();
   info.decode_weight_bytes = info.weight_bytes;
   const TensorInfo* embedding = ckpt.Find("model.embed_tokens.weight");
   if (embedding != nullptr && !m.tie_word_embeddings) {
@@ -180,6 +181,14 @@ absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(const Engin
   MapOptions map_options;
   // With an expert cache the routed experts stay in the file: nothing is faulted in at load.
   map_options.populate = config.populate_weights && config.expert_cache_bytes == 0;
+  // The CPU backend reads the weights where they are (from a copy in anonymous memory, unless
+  // config.weight_memory says otherwise); a device backend copies them once from the mapping, and
+  // an expert cache reads the routed experts from the file.
+  const bool may_have_expert_cache =
+      config.expert_cache_bytes > 0 && (gguf || model_config.is_moe());
+  map_options.memory = config.backend == BackendKind::kCpu && !may_have_expert_cache
+                           ? config.weight_memory
+                           : WeightMemory::kFile;
   LOOM_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::Open(config.model_dir, map_options));
   ex->checkpoint_ = std::make_unique<Checkpoint>(std::move(checkpoint));
   if (gguf) {

@@ -204,6 +204,13 @@ void Checkpoint::Finish() {
   }
 }
 
+bool Checkpoint::in_anonymous_memory() const {
+  if (gguf_ != nullptr) return gguf_->in_anonymous_memory();
+  return !files_.empty() && std::all_of(files_.begin(), files_.end(), [](const auto& file) {
+    return file->in_anonymous_memory();
+  });
+}
+
 const TensorInfo* Checkpoint::Find(std::string_view name) const {
   auto it = std::lower_bound(
       tensors_.begin(), tensors_.end(), name,

@@ -60,6 +60,9 @@ class Checkpoint {
   // The GGUF file the checkpoint is, or null for safetensors.
   const GgufFile* gguf() const { return gguf_.get(); }
 
+  // Whether every file's bytes are a private copy in anonymous memory (MapOptions::memory).
+  bool in_anonymous_memory() const;
+
   // Sum of the tensors' bytes and of their element counts.
   int64_t total_bytes() const { return total_bytes_; }
   int64_t num_parameters() const { return num_parameters_; }

@@ -1,7 +1,6 @@
 #include "engine/weights/gguf.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -442,19 +441,14 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path
         StrCat(path, ": not a regular file of at least 4 bytes: not a GGUF file"));
   }
   const size_t size = static_cast<size_t>(info.st_size);
-  void* mapping =
-      mmap(nullptr, size, PROT_READ, MAP_PRIVATE | (options.populate ? MAP_POPULATE : 0), fd, 0);
-  const int error = errno;
+  absl::StatusOr<FileBytes> bytes = MapFileBytes(fd, size, path, options);
   close(fd);
-  if (mapping == MAP_FAILED) return absl::ErrnoToStatus(error, StrCat(path, ": cannot mmap"));
+  if (!bytes.ok()) return bytes.status();
   std::unique_ptr<GgufFile> file(new GgufFile());
   file->path_ = path;
-  file->mapping_ = mapping;
-  file->mapping_bytes_ = size;
-  file->bytes_ = std::span<const uint8_t>(static_cast<const uint8_t*>(mapping), size);
+  file->file_ = *bytes;
+  file->bytes_ = std::span<const uint8_t>(static_cast<const uint8_t*>(bytes->data), size);
   LOOM_RETURN_IF_ERROR(GgufParser(*file).Run());
-  if (options.advice == MapAdvice::kWillNeed) madvise(mapping, size, MADV_WILLNEED);
-  if (options.advice == MapAdvice::kSequential) madvise(mapping, size, MADV_SEQUENTIAL);
   return file;
 }
 
@@ -468,7 +462,7 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Parse(std::span<const uint8_
 }
 
 GgufFile::~GgufFile() {
-  if (mapping_ != nullptr) munmap(mapping_, mapping_bytes_);
+  UnmapFileBytes(file_);
 }
 
 const GgufValue* GgufFile::Find(std::string_view key) const {

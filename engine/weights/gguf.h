@@ -123,6 +123,8 @@ class GgufFile {
   // The file's first byte (the mapping, or Parse's bytes): a tensor's `data` minus this is its
   // offset in the file.
   const void* mapping() const { return bytes_.data(); }
+  // Whether Open copied the file into anonymous memory (MapOptions::memory).
+  bool in_anonymous_memory() const { return file_.anonymous; }
 
   // Metadata in file order, and by key (null when absent).
   const std::vector<std::pair<std::string, GgufValue>>& metadata() const { return metadata_; }
@@ -143,8 +145,7 @@ class GgufFile {
   GgufFile() = default;
 
   std::string path_;
-  void* mapping_ = nullptr;  // owned mapping (Open), or null (Parse)
-  size_t mapping_bytes_ = 0;
+  FileBytes file_;  // owned bytes (Open), or none (Parse)
   std::span<const uint8_t> bytes_;
   uint32_t version_ = 0;
   int64_t alignment_ = 32;

@@ -1,7 +1,6 @@
 #include "engine/weights/safetensors.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -245,18 +244,6 @@ absl::StatusOr<Json> ParseHeaderJson(std::string_view path, std::string_view tex
   return header;
 }
 
-int MapFlags(const MapOptions& options) {
-  return MAP_PRIVATE | (options.populate ? MAP_POPULATE : 0);
-}
-
-void Advise(const void* mapping, int64_t num_bytes, MapAdvice advice) {
-  int flag = MADV_NORMAL;
-  if (advice == MapAdvice::kSequential) flag = MADV_SEQUENTIAL;
-  if (advice == MapAdvice::kWillNeed) flag = MADV_WILLNEED;
-  // Only a hint: a failure changes nothing the caller can observe.
-  if (flag != MADV_NORMAL) madvise(const_cast<void*>(mapping), num_bytes, flag);
-}
-
 }  // namespace
 
 int64_t TensorInfo::NumElements() const {
@@ -311,23 +298,22 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
                             " bytes, too short for a safetensors header: "
                             "truncated or not a safetensors file"));
   }
-  void* mapping = mmap(nullptr, file_bytes, PROT_READ, MapFlags(options), fd, 0);
-  const int error = errno;
+  absl::StatusOr<FileBytes> bytes =
+      MapFileBytes(fd, static_cast<size_t>(file_bytes), path, options);
   close(fd);
-  if (mapping == MAP_FAILED) return absl::ErrnoToStatus(error, StrCat(path, ": cannot mmap"));
-  std::unique_ptr<SafetensorsFile> file(new SafetensorsFile(path, mapping, file_bytes));
+  if (!bytes.ok()) return bytes.status();
+  std::unique_ptr<SafetensorsFile> file(new SafetensorsFile(path, *bytes));
   LOOM_RETURN_IF_ERROR(file->ParseAndValidate());
-  Advise(mapping, file_bytes, options.advice);
   return file;
 }
 
-SafetensorsFile::SafetensorsFile(std::string path, const void* mapping, int64_t file_bytes)
-    : path_(std::move(path)), mapping_(mapping), file_bytes_(file_bytes) {}
+SafetensorsFile::SafetensorsFile(std::string path, const FileBytes& file)
+    : path_(std::move(path)), file_(file), file_bytes_(static_cast<int64_t>(file.bytes)) {}
 
-SafetensorsFile::~SafetensorsFile() { munmap(const_cast<void*>(mapping_), file_bytes_); }
+SafetensorsFile::~SafetensorsFile() { UnmapFileBytes(file_); }
 
 absl::Status SafetensorsFile::ParseAndValidate() {
-  const auto* bytes = static_cast<const unsigned char*>(mapping_);
+  const auto* bytes = static_cast<const unsigned char*>(file_.data);
   LOOM_ASSIGN_OR_RETURN(const int64_t header_bytes, ReadHeaderLength(path_, bytes, file_bytes_));
   data_offset_ = kHeaderLengthBytes + header_bytes;
   const int64_t data_bytes = file_bytes_ - data_offset_;

@@ -1,5 +1,6 @@
-// Reader for one Hugging Face safetensors file: the file is memory-mapped read-only and every
-// tensor's bytes are used in place, as pointers into the mapping (no copy).
+// Reader for one Hugging Face safetensors file: the file is memory-mapped read-only (or copied
+// into anonymous memory, MapOptions::memory) and every tensor's bytes are used in place, as
+// pointers into that (no copy per tensor).
 //
 // File layout: an 8-byte little-endian header length N, then N bytes of JSON (an object mapping
 // tensor names to {"dtype", "shape", "data_offsets": [begin, end]}, plus an optional
@@ -40,6 +41,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/weights/file_mapping.h"
 #include "kernels/common/dtype.h"
 
 namespace loom {
@@ -56,19 +58,6 @@ struct TensorInfo {
 
   // Product of the dims (1 for a scalar, 0 when any dim is 0).
   int64_t NumElements() const;
-};
-
-// How the file's pages are read in. The defaults suit a CPU backend that reads weights in place.
-enum class MapAdvice {
-  kNormal,      // no hint
-  kSequential,  // one front-to-back pass (copying to a device): bigger read-ahead
-  kWillNeed,    // start reading the whole file in now, in the background
-};
-
-struct MapOptions {
-  // Fault every page in during Open (MAP_POPULATE): Open takes longer, the first pass does not.
-  bool populate = false;
-  MapAdvice advice = MapAdvice::kNormal;
 };
 
 // The dtype a safetensors header name ("BF16", "F32", ...) stands for. nullopt for a name that
@@ -106,15 +95,17 @@ class SafetensorsFile {
   // Size of the whole file, and of the 8-byte length plus the JSON header before the data.
   int64_t file_bytes() const { return file_bytes_; }
   // The start of the file's mapping: a tensor's `data` minus this is its offset in the file.
-  const void* mapping() const { return mapping_; }
+  const void* mapping() const { return file_.data; }
+  // Whether the bytes are a private copy in anonymous memory (MapOptions::memory).
+  bool in_anonymous_memory() const { return file_.anonymous; }
   int64_t data_offset() const { return data_offset_; }
 
  private:
-  SafetensorsFile(std::string path, const void* mapping, int64_t file_bytes);
+  SafetensorsFile(std::string path, const FileBytes& file);
   absl::Status ParseAndValidate();
 
   std::string path_;
-  const void* mapping_;  // file_bytes_ bytes, PROT_READ, MAP_PRIVATE
+  FileBytes file_;  // file_bytes_ bytes, read-only
   int64_t file_bytes_;
   int64_t data_offset_ = 0;
   std::vector<TensorInfo> tensors_;  // sorted by data offset

@@ -99,6 +99,11 @@ const std::vector<Key>& Keys() {
        "as fast (GGUF-quantized weights rounded to bf16 too), and so does one-sequence decode "
        "of bf16 weights",
        &C::fast_bf16_matmul},
+      {"weight_memory", "",
+       "CPU: read weights in place from the file mapping, or from a copy in anonymous memory "
+       "made at load (huge pages: faster decode; a resident copy per process); auto copies a "
+       "file of at most half the available memory",
+       &C::weight_memory, {}, {"auto", "file", "anonymous"}},
       {"block_size", "tokens", "tokens per KV block (0 = 16, or 32 for low-bit KV)",
        &C::block_size, {0, 1024}},
       {"kv_cache_mb", "MiB", "KV cache size", &C::kv_cache_mb, {1, kMax}},

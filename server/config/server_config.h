@@ -50,6 +50,7 @@ struct ServerConfig {
   bool kv_hadamard = true;
   std::string quantized_activations = "f32";  // "int8": int8 activations for quantized weights
   bool fast_bf16_matmul = false;  // CPU matmuls round activations to bf16 (EngineConfig)
+  std::string weight_memory = "auto";  // CPU: "file", "anonymous" or "auto" (EngineConfig)
   int64_t block_size = 0;  // 0: 16, or 32 for the low-bit KV formats
   int64_t kv_cache_mb = 1024;
   // Mixture-of-experts models: RAM for the expert cache (0 = every expert resident), the policy

@@ -65,6 +65,10 @@ absl::StatusOr<EngineConfig> MakeEngineConfig(const ServerConfig& c) {
   // The configuration only accepts "f32" and "int8".
   e.int8_activations = c.quantized_activations == "int8";
   e.fast_bf16_matmul = c.fast_bf16_matmul;
+  // The configuration only accepts these three names.
+  e.weight_memory = c.weight_memory == "file"        ? WeightMemory::kFile
+                    : c.weight_memory == "anonymous" ? WeightMemory::kAnonymous
+                                                     : WeightMemory::kAuto;
   e.max_num_batched_tokens = static_cast<int32_t>(c.max_num_batched_tokens);
   e.max_num_seqs = static_cast<int32_t>(c.max_num_seqs);
   e.populate_kv_cache = true;  // the whole cache resident from the start
@@ -225,6 +229,13 @@ int Run(const std::vector<std::string>& args) {
            "); at full context ",
            tokens / std::max(ctx.model.max_context_len, 1), " sequences fit at once");
   LogExpertCache(config, ctx.model, ctx.capacity);
+  if (config.backend == "cpu") {
+    LOOM_LOG(kInfo, "weights: ", ctx.model.weight_bytes >> 20, " MiB, read ",
+             ctx.model.weights_in_anonymous_memory
+                 ? "from a copy in anonymous memory (huge pages where the kernel allows)"
+                 : "in place from the file mapping",
+             " (weight_memory ", config.weight_memory, ")");
+  }
   if (config.backend == "cpu" && IsQuantizedDType(ctx.model.weight_dtype) &&
       config.quantized_activations == "f32" && !config.fast_bf16_matmul) {
     LOOM_LOG(kInfo, "weights ", DTypeName(ctx.model.weight_dtype),

@@ -122,6 +122,21 @@ TEST(CheckpointTest, OpensShardedIndex) {
   EXPECT_EQ(checkpoint.Find("embed")->file, folder.File("a.safetensors"));
   EXPECT_EQ(static_cast<const float*>(checkpoint.Find("lm_head")->data)[7], 7.0f);
   EXPECT_EQ(checkpoint.Find("not_in_index"), nullptr);  // only what the index lists
+  EXPECT_FALSE(checkpoint.in_anonymous_memory());
+}
+
+// Every shard copied into anonymous memory: the same tensors, read from the copies.
+TEST(CheckpointTest, OpensShardedIndexIntoAnonymousMemory) {
+  TempFolder folder;
+  WriteShardedFolder(folder, kGoodWeightMap);
+  absl::StatusOr<Checkpoint> checkpoint =
+      Checkpoint::Open(folder.path(), {.memory = WeightMemory::kAnonymous});
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  EXPECT_TRUE(checkpoint->in_anonymous_memory());
+  ASSERT_EQ(checkpoint->files().size(), 2u);
+  for (const auto& file : checkpoint->files()) EXPECT_TRUE(file->in_anonymous_memory());
+  EXPECT_EQ(Names(*checkpoint), (std::vector<std::string>{"embed", "lm_head", "norm"}));
+  EXPECT_EQ(static_cast<const float*>(checkpoint->Find("lm_head")->data)[7], 7.0f);
 }
 
 TEST(CheckpointTest, IndexNamingAMissingShardIsNotFound) {

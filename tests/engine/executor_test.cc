@@ -106,8 +106,9 @@ StepResult MustExecute(LocalExecutor& executor, const StepPlan& plan) {
 
 // Greedy tokens of `prompt` alone on a fresh executor: prefill, then `count - 1` decodes.
 std::vector<TokenId> AloneTokens(const std::vector<TokenId>& prompt, int32_t count,
-                                 SamplingParams sampling = Greedy()) {
-  auto executor = MakeExecutor();
+                                 SamplingParams sampling = Greedy(),
+                                 const EngineConfig& config = Config()) {
+  auto executor = MakeExecutor(config);
   if (executor == nullptr) return {};
   std::vector<TokenId> out;
   StepPlan plan;
@@ -737,6 +738,19 @@ TEST(ExecutorTest, SeededSamplingDoesNotDependOnTheBatch) {
   EXPECT_EQ(batched, alone);
   // Another seed draws other tokens (the chance of ten equal draws is negligible).
   EXPECT_NE(AloneTokens(prompt, 10, Random(99)), alone);
+}
+
+// The weights read in place from the file's mapping or from a copy in anonymous memory: the
+// same bytes, so the same seeded draws.
+TEST(ExecutorTest, WeightsFromTheFileOrACopyGiveTheSameTokens) {
+  const std::vector<TokenId> prompt = Prompt(9, 40);
+  EngineConfig from_file = Config();
+  from_file.weight_memory = WeightMemory::kFile;
+  EngineConfig from_copy = Config();
+  from_copy.weight_memory = WeightMemory::kAnonymous;
+  const std::vector<TokenId> file_tokens = AloneTokens(prompt, 12, Random(7), from_file);
+  ASSERT_EQ(file_tokens.size(), 12u);
+  EXPECT_EQ(AloneTokens(prompt, 12, Random(7), from_copy), file_tokens);
 }
 
 }  // namespace

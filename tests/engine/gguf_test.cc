@@ -266,6 +266,14 @@ TEST(GgufModelTest, LlamaConfigAndUnpermutedRows) {
   testing_util::WriteBytes(
       path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
   ASSERT_TRUE(IsGgufFile(path));
+  for (const WeightMemory memory : {WeightMemory::kFile, WeightMemory::kAnonymous}) {
+    absl::StatusOr<Checkpoint> copy = Checkpoint::Open(path, {.memory = memory});
+    ASSERT_TRUE(copy.ok()) << copy.status();
+    ASSERT_NE(copy->gguf(), nullptr);
+    EXPECT_EQ(copy->in_anonymous_memory(), memory == WeightMemory::kAnonymous);
+    EXPECT_EQ(copy->gguf()->in_anonymous_memory(), memory == WeightMemory::kAnonymous);
+    EXPECT_EQ(std::memcmp(copy->gguf()->mapping(), bytes.data(), bytes.size()), 0);
+  }
   absl::StatusOr<Checkpoint> checkpoint = Checkpoint::Open(path);
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
   ASSERT_NE(checkpoint->gguf(), nullptr);

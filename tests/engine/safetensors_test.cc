@@ -145,12 +145,48 @@ TEST(SafetensorsTest, AcceptsEveryMapOption) {
   for (const MapAdvice advice :
        {MapAdvice::kNormal, MapAdvice::kSequential, MapAdvice::kWillNeed}) {
     for (const bool populate : {false, true}) {
-      absl::StatusOr<std::unique_ptr<SafetensorsFile>> file =
-          SafetensorsFile::Open(path, {.populate = populate, .advice = advice});
-      ASSERT_TRUE(file.ok()) << file.status();
-      EXPECT_EQ(Bf16ToF32(static_cast<const uint16_t*>((*file)->Find("w")->data)[4095]), 1.0f);
+      for (const WeightMemory memory :
+           {WeightMemory::kFile, WeightMemory::kAnonymous, WeightMemory::kAuto}) {
+        absl::StatusOr<std::unique_ptr<SafetensorsFile>> file = SafetensorsFile::Open(
+            path, {.populate = populate, .advice = advice, .memory = memory});
+        ASSERT_TRUE(file.ok()) << file.status();
+        EXPECT_EQ(Bf16ToF32(static_cast<const uint16_t*>((*file)->Find("w")->data)[4095]), 1.0f);
+        if (memory != WeightMemory::kAuto) {
+          EXPECT_EQ((*file)->in_anonymous_memory(), memory == WeightMemory::kAnonymous);
+        }
+      }
     }
   }
+}
+
+// WeightMemory::kAnonymous: the tensors point into a private copy that starts on a huge-page
+// boundary, holds the file's bytes, and no longer sees the file (unlike the mapping above).
+TEST(SafetensorsTest, AnonymousCopyHoldsTheFileAsItWasAtOpen) {
+  TempFolder folder;
+  const std::string path = folder.File("copied.safetensors");
+  std::vector<float> a(3000);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i) * 0.5f;
+  const TensorToWrite tensors[] = {
+      {.name = "a", .dtype = DType::kF32, .shape = {3000}, .data = a.data()}};
+  ASSERT_TRUE(WriteSafetensors(path, tensors).ok());
+  absl::StatusOr<std::unique_ptr<SafetensorsFile>> file =
+      SafetensorsFile::Open(path, {.memory = WeightMemory::kAnonymous});
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_TRUE((*file)->in_anonymous_memory());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>((*file)->mapping()) % (uintptr_t{2} << 20), 0u);
+  EXPECT_EQ((*file)->file_bytes(), static_cast<int64_t>(std::filesystem::file_size(path)));
+  const TensorInfo* t = (*file)->Find("a");
+  ASSERT_NE(t, nullptr);
+  ASSERT_EQ(t->num_bytes, 12000);
+  EXPECT_EQ(std::memcmp(t->data, a.data(), 12000), 0);
+
+  const float replaced = 42.0f;
+  const int fd = open(path.c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(pwrite(fd, &replaced, sizeof(replaced), (*file)->data_offset() + 4 * 2999),
+            static_cast<ssize_t>(sizeof(replaced)));
+  close(fd);
+  EXPECT_EQ(static_cast<const float*>(t->data)[2999], 1499.5f);
 }
 
 TEST(SafetensorsTest, MissingFileIsNotFound) {
@@ -177,11 +213,13 @@ TEST(SafetensorsTest, TruncatedFileIsDataLossNamingTheTensor) {
       {.name = "second", .dtype = DType::kF32, .shape = {4, 4}, .data = b.data()}};
   ASSERT_TRUE(WriteSafetensors(path, tensors).ok());
   std::filesystem::resize_file(path, std::filesystem::file_size(path) - 10);
-  const absl::Status status = SafetensorsFile::Open(path).status();
-  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
-  LOOM_EXPECT_CONTAINS(Message(status), path);
-  LOOM_EXPECT_CONTAINS(Message(status), "'second'");
-  LOOM_EXPECT_CONTAINS(Message(status), "truncated");
+  for (const WeightMemory memory : {WeightMemory::kFile, WeightMemory::kAnonymous}) {
+    const absl::Status status = SafetensorsFile::Open(path, {.memory = memory}).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+    LOOM_EXPECT_CONTAINS(Message(status), path);
+    LOOM_EXPECT_CONTAINS(Message(status), "'second'");
+    LOOM_EXPECT_CONTAINS(Message(status), "truncated");
+  }
 }
 
 TEST(SafetensorsTest, FileShorterThanTheLengthFieldIsDataLoss) {
