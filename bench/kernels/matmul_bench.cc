@@ -5,6 +5,8 @@
 //   BM_FmaPeak       f32 FMA throughput of 12 independent register chains: the GEMM roof without
 //                    AMX (AVX2 ymm, or AVX-512 zmm where the selected level has it)
 //   BM_Bf16DotPeak   vdpbf16ps throughput of 12 chains: the roof of the AVX512-BF16 GEMM (kBf16)
+//   BM_AmxPeak       TDPBF16PS throughput with every operand in tile registers: the roof of the
+//                    AMX GEMM (bf16 weights; kHighest issues three per weight tile, kBf16 one)
 //   BM_Gemv          m = 1 on one 1.1B-shaped weight; GB/s = weight bytes / time
 //   BM_GemvSweep     m = 1..8 over a model's worth (> 1 GiB) of weights, layer after layer as a
 //                    decode step runs them (q/k/v and gate/up as groups), so caches cannot help;
@@ -31,6 +33,7 @@
 
 #include "bench/common/memory_bandwidth.h"
 #include "kernels/common/dtype.h"
+#include "kernels/cpu/amx_tiles.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/thread_pool.h"
@@ -170,47 +173,90 @@ __attribute__((target("avx512f,avx512bf16"))) float Bf16DotChains(int64_t steps)
   return lanes[0] + lanes[15];
 }
 
+// Runs chains(steps) once on each of `threads` threads per iteration; GFLOP/s counts
+// `flops_per_step` per step and thread.
+template <typename Chains>
+void TimeChains(benchmark::State& state, int threads, int64_t steps, double flops_per_step,
+                Chains chains, const std::string& label) {
+  float sink[2] = {};
+  const auto begin = Clock::now();
+  for (auto _ : state) {
+    Pool(threads).ParallelFor(threads, [&](int64_t t, int64_t, int) { sink[t] += chains(steps); });
+  }
+  const double seconds = Seconds(begin, Clock::now());
+  benchmark::DoNotOptimize(sink);
+  state.counters["GFLOP/s"] =
+      flops_per_step * static_cast<double>(steps) * threads * state.iterations() / seconds / 1e9;
+  state.SetLabel(label + " threads=" + std::to_string(threads));
+}
+
 void BM_Bf16DotPeak(benchmark::State& state) {
-  const int threads = static_cast<int>(state.range(0));
   if (static_cast<int>(SelectedIsa()) < static_cast<int>(Isa::kAvx512)) {
     state.SkipWithError("no AVX512-BF16");
     return;
   }
-  constexpr int64_t kSteps = 1 << 22;
-  float sink[2] = {};
-  const auto begin = Clock::now();
-  for (auto _ : state) {
-    Pool(threads).ParallelFor(threads, [&](int64_t t, int64_t, int) {
-      sink[t] += Bf16DotChains(kSteps);
-    });
-  }
-  const double seconds = Seconds(begin, Clock::now());
-  benchmark::DoNotOptimize(sink);
-  state.counters["GFLOP/s"] = 2.0 * 12 * 32 * kSteps * threads * state.iterations() / seconds / 1e9;
-  state.SetLabel("avx512-bf16 threads=" + std::to_string(threads));
+  TimeChains(state, static_cast<int>(state.range(0)), 1 << 22, 2.0 * 12 * 32, Bf16DotChains,
+             "avx512-bf16");
 }
 BENCHMARK(BM_Bf16DotPeak)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 
+// The tile GEMM's 2×2 block with nothing loaded in the loop: accumulators tmm0-3, weight tiles
+// tmm4-5, x tiles tmm6-7; each TDPBF16PS is 16 × 16 × 32 multiply-adds (32768 flops).
+float AmxChains(int64_t steps) {
+  amx::TileConfig config;
+  std::memset(&config, 0, sizeof(config));
+  config.palette_id = 1;
+  for (int t = 0; t < amx::kNumTiles; ++t) {
+    config.colsb[t] = 64;
+    config.rows[t] = 16;
+  }
+  amx::TileLoadConfig(config);
+  alignas(64) uint16_t a[512], b[512];
+  for (int i = 0; i < 512; ++i) {
+    a[i] = 0x3f7f;  // 0.996
+    b[i] = 0x3a83;  // 1e-3
+  }
+  amx::TileLoad<4>(a, 64);
+  amx::TileLoad<5>(a, 64);
+  amx::TileLoad<6>(b, 64);
+  amx::TileLoad<7>(b, 64);
+  amx::TileZero<0>();
+  amx::TileZero<1>();
+  amx::TileZero<2>();
+  amx::TileZero<3>();
+  for (int64_t s = 0; s < steps; ++s) {
+    amx::TileDpBf16<0, 4, 6>();
+    amx::TileDpBf16<1, 4, 7>();
+    amx::TileDpBf16<2, 5, 6>();
+    amx::TileDpBf16<3, 5, 7>();
+  }
+  alignas(64) float c[4][256];
+  amx::TileStore<0>(c[0], 64);
+  amx::TileStore<1>(c[1], 64);
+  amx::TileStore<2>(c[2], 64);
+  amx::TileStore<3>(c[3], 64);
+  amx::TileRelease();
+  return c[0][0] + c[1][17] + c[2][100] + c[3][255];
+}
+
+void BM_AmxPeak(benchmark::State& state) {
+  if (SelectedIsa() != Isa::kAmx) {
+    state.SkipWithError("no AMX");
+    return;
+  }
+  TimeChains(state, static_cast<int>(state.range(0)), 1 << 20, 2.0 * 4 * 16 * 16 * 32, AmxChains,
+             "amx-bf16");
+}
+BENCHMARK(BM_AmxPeak)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+
 void BM_FmaPeak(benchmark::State& state) {
-  const int threads = static_cast<int>(state.range(0));
-  const bool avx512 = static_cast<int>(SelectedIsa()) >= static_cast<int>(Isa::kAvx512);
   if (SelectedIsa() == Isa::kScalar) {
     state.SkipWithError("no AVX2");
     return;
   }
-  constexpr int64_t kSteps = 1 << 22;
-  float sink[2] = {};
-  const auto begin = Clock::now();
-  for (auto _ : state) {
-    Pool(threads).ParallelFor(threads, [&](int64_t t, int64_t, int) {
-      sink[t] += avx512 ? FmaChainsAvx512(kSteps) : FmaChainsAvx2(kSteps);
-    });
-  }
-  const double seconds = Seconds(begin, Clock::now());
-  benchmark::DoNotOptimize(sink);
-  const double flops = 2.0 * 12 * (avx512 ? 16 : 8) * kSteps * threads;
-  state.counters["GFLOP/s"] = flops * state.iterations() / seconds / 1e9;
-  state.SetLabel(std::string(avx512 ? "avx512" : "avx2") + " threads=" + std::to_string(threads));
+  const bool avx512 = static_cast<int>(SelectedIsa()) >= static_cast<int>(Isa::kAvx512);
+  TimeChains(state, static_cast<int>(state.range(0)), 1 << 22, 2.0 * 12 * (avx512 ? 16 : 8),
+             avx512 ? FmaChainsAvx512 : FmaChainsAvx2, avx512 ? "avx512" : "avx2");
 }
 BENCHMARK(BM_FmaPeak)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 
@@ -335,7 +381,7 @@ void BM_GemvSweep(benchmark::State& state) {
 }
 BENCHMARK(BM_GemvSweep)
     ->ArgsProduct({{0, 1, 2}, {1, 2}, {1}, {0}})
-    ->ArgsProduct({{0}, {2}, {2, 4, 8}, {0}})
+    ->ArgsProduct({{0}, {2}, {2, 4, 8, 12, 16, 24, 32}, {0}})
     ->ArgsProduct({{0}, {1, 2}, {1, 2}, {1}})
     ->UseRealTime()
     ->MinTime(2.0)

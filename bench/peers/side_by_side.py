@@ -11,7 +11,8 @@ What it does, every step skipped when its output is already in --work:
      the vocabulary changes nothing a benchmark measures, but llama.cpp's converter wants one) and
      converts it with llama.cpp's own convert_hf_to_gguf.py to a BF16 and an F16 GGUF;
   3. measures the machine: the read-bandwidth probe (bench/common/memory_bandwidth.h, inside every
-     loom run) and the f32 FMA peak (matmul_bench's BM_FmaPeak);
+     loom run), the f32 FMA peak (matmul_bench's BM_FmaPeak) and, where the CPU has them, the
+     vdpbf16ps and AMX tile peaks (BM_Bf16DotPeak, BM_AmxPeak);
   4. runs loom (bf16 safetensors) and llama.cpp (BF16 and F16 GGUF) alternately, --rounds times
      per thread count, the order flipping each round so neither engine always runs on a warmer or
      cooler machine: prefill of --prompt tokens and decode of --gen tokens at batch 1, and
@@ -111,14 +112,16 @@ def convert(src, ckpt, outtype, out, python):
 
 
 def compute_peaks(matmul_bench):
-    """Best GFLOP/s per thread count of the f32 FMA and (where the CPU has it) vdpbf16ps chains."""
-    out = run([matmul_bench, "--benchmark_filter=BM_FmaPeak|BM_Bf16DotPeak",
+    """Best GFLOP/s per thread count of the f32 FMA and, where the CPU has them, the vdpbf16ps and
+    AMX TDPBF16PS chains."""
+    out = run([matmul_bench, "--benchmark_filter=BM_FmaPeak|BM_Bf16DotPeak|BM_AmxPeak",
                "--benchmark_format=json", "--benchmark_repetitions=3"], capture_output=True).stdout
-    peaks = {"fma": {}, "bf16_dot": {}}
+    peaks = {"fma": {}, "bf16_dot": {}, "amx": {}}
+    kinds = {"BM_Bf16DotPeak": "bf16_dot", "BM_AmxPeak": "amx", "BM_FmaPeak": "fma"}
     for b in json.loads(out)["benchmarks"]:
         if b.get("run_type") == "aggregate" or b.get("error_occurred"):
             continue
-        kind = "bf16_dot" if b["name"].startswith("BM_Bf16DotPeak") else "fma"
+        kind = kinds[b["name"].split("/")[0]]
         threads = int(b["name"].split("/")[1])
         peaks[kind][threads] = max(peaks[kind].get(threads, 0), b.get("GFLOP/s", 0))
     return peaks
@@ -271,6 +274,8 @@ def main():
             "decode_roofline_tokens_per_s": roof_bw * 1e9 / decode_bytes,
             "fma_peak_gflop_per_s": peaks.get(t, 0),
         }
+        if all_peaks["amx"].get(t):
+            s["amx_peak_gflop_per_s"] = all_peaks["amx"][t]
         params_flops = 2 * layer_matmul_params(ckpt)
         if raw[t]["loom fast-bf16"]:
             s["loom_fast_bf16_prefill"] = summarize(
@@ -291,6 +296,13 @@ def main():
         if s.get("bf16_dot_peak_gflop_per_s"):
             s["loom_fast_bf16_prefill_fraction_of_bf16_dot_peak"] = (
                 s["loom_fast_bf16_prefill"]["best"] * params_flops / 1e9 / s["bf16_dot_peak_gflop_per_s"])
+        if s.get("amx_peak_gflop_per_s"):
+            # loom's prefill on AMX runs the tiles: its useful FLOPs against their peak (the
+            # default precision issues three tile products per weight tile, --fast-bf16-matmul one).
+            for key in ("loom_prefill", "loom_fast_bf16_prefill"):
+                if key in s:
+                    s[f"{key}_fraction_of_amx_peak"] = (
+                        s[key]["best"] * params_flops / 1e9 / s["amx_peak_gflop_per_s"])
         if peaks.get(t):
             s["loom_prefill_fraction_of_fma_peak"] = (
                 s["loom_prefill"]["best"] * params_flops / 1e9 / peaks[t])
@@ -322,6 +334,7 @@ def main():
                      "converted by llama.cpp's convert_hf_to_gguf.py"},
         "fma_peak_gflop_per_s": peaks,
         "bf16_dot_peak_gflop_per_s": all_peaks["bf16_dot"],
+        "amx_peak_gflop_per_s": all_peaks["amx"],
         "summary": summary,
         "raw": {str(t): raw[t] for t in threads},
         "raw_batch8": {str(t): batch8[t] for t in batch8},
@@ -392,6 +405,19 @@ def markdown(doc):
         lines.append("The ratios and the roofline fraction above take loom's better figure of its "
                      "two settings (`--fast-bf16-matmul` rounds activations to bf16, as llama.cpp's "
                      "BF16 path does).")
+    if any("amx_peak_gflop_per_s" in s for s in doc["summary"].values()):
+        lines += ["", "| threads | AMX TDPBF16PS peak | loom prefill / AMX peak | loom prefill, "
+                  "bf16-rounded activations / AMX peak |", "|---:|---:|---:|---:|"]
+        for t, s in doc["summary"].items():
+            if "amx_peak_gflop_per_s" in s:
+                lines.append(
+                    f"| {t} | {s['amx_peak_gflop_per_s']:.0f} GFLOP/s | "
+                    f"{100 * s.get('loom_prefill_fraction_of_amx_peak', 0):.0f} % | "
+                    f"{100 * s.get('loom_fast_bf16_prefill_fraction_of_amx_peak', 0):.0f} % |")
+        lines.append("")
+        lines.append("On AMX, loom's prefill of bf16 weights runs on the tiles (three tile products "
+                     "per weight tile at the default f32-accurate precision, one with bf16-rounded "
+                     "activations): the AMX peak is its roof, not the FMA or vdpbf16ps peak.")
     if st["batch8"]:
         lines += ["", "| threads | loom decode, batch 8 | llama.cpp BF16 decode, batch 8 |",
                   "|---:|---:|---:|"]
