@@ -174,9 +174,18 @@ class LoopbackClusterTest(unittest.TestCase):
     def test_2_drain_moves_everything_off(self):
         target = self.instances[1]
         before = metric(target.port, "loom_migrations_total", 'outcome="committed"')
+        # Drain once every stream is decoding (a fixed wait let a fast machine finish all three
+        # before the drain began, leaving nothing to move).
+        decoding = threading.Semaphore(0)
+
+        def on_chunk(i):
+            if i == 2:
+                decoding.release()
+
         with concurrent.futures.ThreadPoolExecutor(3) as pool:
-            futures = [pool.submit(stream, target.client, 400) for _ in range(3)]
-            time.sleep(1.0)
+            futures = [pool.submit(stream, target.client, 400, on_chunk) for _ in range(3)]
+            for _ in range(3):
+                self.assertTrue(decoding.acquire(timeout=120), "a stream produced no tokens")
             status, body = post(self.manager_http, f"/v1/instances/{target.name}/drain")
             self.assertEqual(status, 200, body)
             results = [f.result() for f in futures]
