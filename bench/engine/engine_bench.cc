@@ -146,9 +146,8 @@ nlohmann::json RunOne(const RunSettings& s, int threads, int batch, double bandw
   config.kv_hadamard = s.kv_hadamard;
   config.fast_bf16_matmul = s.fast_bf16;
   config.int8_activations = s.quant_activations == "int8";
-  config.weight_memory = s.weight_memory == "file"        ? WeightMemory::kFile
-                         : s.weight_memory == "anonymous" ? WeightMemory::kAnonymous
-                                                          : WeightMemory::kAuto;
+  // Checked in Run.
+  config.weight_memory = WeightMemoryFromName(s.weight_memory).value_or(WeightMemory::kAuto);
   config.max_num_batched_tokens = static_cast<int32_t>(s.max_batched_tokens);
   config.max_context_len = static_cast<int32_t>(s.prompt_len + s.gen_len + config.block_size);
   if (s.backend == "cuda") config.backend = BackendKind::kCuda;
@@ -301,8 +300,7 @@ int Run(const std::vector<std::string>& args) {
   if (status.ok() && s.quant_activations != "f32" && s.quant_activations != "int8") {
     status = absl::InvalidArgumentError("--quant-activations must be f32 or int8");
   }
-  if (status.ok() && s.weight_memory != "auto" && s.weight_memory != "file" &&
-      s.weight_memory != "anonymous") {
+  if (status.ok() && !WeightMemoryFromName(s.weight_memory).has_value()) {
     status = absl::InvalidArgumentError("--weight-memory must be auto, file or anonymous");
   }
   if (status.ok() && s.expert_host_compute != "auto" && s.expert_host_compute != "never" &&

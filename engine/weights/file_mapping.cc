@@ -54,7 +54,9 @@ void* MapAlignedAnonymous(size_t size) {
   const uintptr_t aligned = (begin + kHugePageBytes - 1) & ~uintptr_t{kHugePageBytes - 1};
   if (aligned > begin) munmap(raw, aligned - begin);
   const uintptr_t end = begin + length + kHugePageBytes;
-  if (end > aligned + length) munmap(reinterpret_cast<void*>(aligned + length), end - aligned - length);
+  if (end > aligned + length) {
+    munmap(reinterpret_cast<void*>(aligned + length), end - aligned - length);
+  }
   void* out = reinterpret_cast<void*>(aligned);
   // Only a hint (with transparent huge pages "always" it changes nothing, with "never" nothing
   // helps).
@@ -93,6 +95,13 @@ std::string_view WeightMemoryName(WeightMemory memory) {
       return "auto";
   }
   return "file";
+}
+
+std::optional<WeightMemory> WeightMemoryFromName(std::string_view name) {
+  for (WeightMemory m : {WeightMemory::kFile, WeightMemory::kAnonymous, WeightMemory::kAuto}) {
+    if (WeightMemoryName(m) == name) return m;
+  }
+  return std::nullopt;
 }
 
 absl::StatusOr<FileBytes> MapFileBytes(int fd, size_t size, std::string_view path,

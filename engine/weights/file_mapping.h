@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string_view>
 
 #include "absl/status/statusor.h"
@@ -25,8 +26,9 @@ enum class WeightMemory {
   kAuto,       // kAnonymous while the file is at most half of MemAvailable, else kFile
 };
 
-// "file", "anonymous", "auto".
+// "file", "anonymous", "auto", and back (nullopt for any other name).
 std::string_view WeightMemoryName(WeightMemory memory);
+std::optional<WeightMemory> WeightMemoryFromName(std::string_view name);
 
 // How the file's pages are read in (kFile only; a copy reads the file front to back once).
 enum class MapAdvice {

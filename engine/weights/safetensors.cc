@@ -308,15 +308,15 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
 }
 
 SafetensorsFile::SafetensorsFile(std::string path, const FileBytes& file)
-    : path_(std::move(path)), file_(file), file_bytes_(static_cast<int64_t>(file.bytes)) {}
+    : path_(std::move(path)), file_(file) {}
 
 SafetensorsFile::~SafetensorsFile() { UnmapFileBytes(file_); }
 
 absl::Status SafetensorsFile::ParseAndValidate() {
   const auto* bytes = static_cast<const unsigned char*>(file_.data);
-  LOOM_ASSIGN_OR_RETURN(const int64_t header_bytes, ReadHeaderLength(path_, bytes, file_bytes_));
+  LOOM_ASSIGN_OR_RETURN(const int64_t header_bytes, ReadHeaderLength(path_, bytes, file_bytes()));
   data_offset_ = kHeaderLengthBytes + header_bytes;
-  const int64_t data_bytes = file_bytes_ - data_offset_;
+  const int64_t data_bytes = file_bytes() - data_offset_;
   LOOM_ASSIGN_OR_RETURN(
       const Json header,
       ParseHeaderJson(path_,

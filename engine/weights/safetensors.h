@@ -27,7 +27,8 @@
 // 8 bytes when its begin offset is; readers that need more must check.
 //
 // The mapping is private and read-only; if another process truncates the file while it is
-// mapped, touching the lost pages raises SIGBUS, which no reader of mapped files can prevent.
+// mapped, touching the lost pages raises SIGBUS, which no reader of mapped files can prevent (a
+// copy in anonymous memory is not affected).
 // Thread safety: immutable after Open; any number of threads may read concurrently.
 #pragma once
 
@@ -93,7 +94,7 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
   // Size of the whole file, and of the 8-byte length plus the JSON header before the data.
-  int64_t file_bytes() const { return file_bytes_; }
+  int64_t file_bytes() const { return static_cast<int64_t>(file_.bytes); }
   // The start of the file's mapping: a tensor's `data` minus this is its offset in the file.
   const void* mapping() const { return file_.data; }
   // Whether the bytes are a private copy in anonymous memory (MapOptions::memory).
@@ -105,8 +106,7 @@ class SafetensorsFile {
   absl::Status ParseAndValidate();
 
   std::string path_;
-  FileBytes file_;  // file_bytes_ bytes, read-only
-  int64_t file_bytes_;
+  FileBytes file_;  // the whole file, read-only
   int64_t data_offset_ = 0;
   std::vector<TensorInfo> tensors_;  // sorted by data offset
   std::vector<uint32_t> by_name_;    // indices into tensors_, sorted by tensor name

@@ -56,7 +56,11 @@
 // default (x split into three bf16 parts) multiplies exactly as well; the explicit
 // MatmulPrecision::kBf16 rounds x to bf16 (up to ~4e-3 of sum_k |x·w|). With the default
 // precision a token's output does not depend on the batch (and so the path) it is computed in
-// beyond f32 summation order (~1e-6 relative).
+// beyond f32 summation order (~1e-6 relative), with one exception seen on a real AMX machine:
+// the tile sums drift further from the FMA paths' than the matmul tests (1e-5 of sum_k |x·w|)
+// show, enough to move a prompt logprob of a golden model by 1.6e-3 when one prompt ran on the
+// tiles and the other on the GEMV (not yet explained; MatmulGemvMaxM keeps batches of 5 or
+// more rows on the tiles).
 //
 // Threading: call from one thread at a time per ThreadPool (the pool's rule). No allocation, no
 // logging; the GEMM paths take a caller-provided workspace (MatmulWorkspaceBytes).

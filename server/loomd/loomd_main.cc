@@ -65,10 +65,8 @@ absl::StatusOr<EngineConfig> MakeEngineConfig(const ServerConfig& c) {
   // The configuration only accepts "f32" and "int8".
   e.int8_activations = c.quantized_activations == "int8";
   e.fast_bf16_matmul = c.fast_bf16_matmul;
-  // The configuration only accepts these three names.
-  e.weight_memory = c.weight_memory == "file"        ? WeightMemory::kFile
-                    : c.weight_memory == "anonymous" ? WeightMemory::kAnonymous
-                                                     : WeightMemory::kAuto;
+  // The configuration only accepts the three names.
+  e.weight_memory = WeightMemoryFromName(c.weight_memory).value_or(WeightMemory::kAuto);
   e.max_num_batched_tokens = static_cast<int32_t>(c.max_num_batched_tokens);
   e.max_num_seqs = static_cast<int32_t>(c.max_num_seqs);
   e.populate_kv_cache = true;  // the whole cache resident from the start
