@@ -58,6 +58,14 @@ CpuFeatures DetectCpuFeatures() {
 CpuFeatures DetectCpuFeatures() {
   CpuFeatures f;
   uint32_t eax, ebx, ecx, edx;
+  if (__get_cpuid(0, &eax, &ebx, &ecx, &edx)) {
+    char vendor[13] = {};
+    std::memcpy(vendor, &ebx, 4);
+    std::memcpy(vendor + 4, &edx, 4);
+    std::memcpy(vendor + 8, &ecx, 4);
+    if (std::strcmp(vendor, "GenuineIntel") == 0) f.vendor = CpuVendor::kIntel;
+    if (std::strcmp(vendor, "AuthenticAMD") == 0) f.vendor = CpuVendor::kAmd;
+  }
   if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return f;
   const bool osxsave = Bit(ecx, 27);
   const bool has_fma = Bit(ecx, 12);

@@ -7,12 +7,18 @@
 // about the build machine's CPU.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
 namespace loom::cpu {
 
+// Who made the CPU (CPUID leaf 0): some kernels' memory access pattern is tuned per vendor
+// (matmul.h, GemvStreams).
+enum class CpuVendor : uint8_t { kOther, kIntel, kAmd };
+
 struct CpuFeatures {
+  CpuVendor vendor = CpuVendor::kOther;
   bool avx2 = false;
   bool fma = false;
   bool f16c = false;

@@ -20,6 +20,14 @@ Isa ThisCpuMaxIsa() {
 
 Isa ResolveIsa(const MatmulOptions& options) { return options.isa.value_or(SelectedIsa()); }
 
+GemvStreams ResolveGemvStreams(GemvStreams streams) {
+  if (streams != GemvStreams::kAuto) return streams;
+  static const GemvStreams machine = DetectCpuFeatures().vendor == CpuVendor::kAmd
+                                         ? GemvStreams::kSix
+                                         : GemvStreams::kEight;
+  return machine;
+}
+
 bool ValidInput(const MatmulInput& x) {
   if (x.m < 0 || x.k < 0) return false;
   if (x.m > 0 && x.k > 0 && (x.data == nullptr || x.stride < x.k)) return false;
@@ -262,8 +270,13 @@ MatmulStatus MatmulGroup(const MatmulInput& x, std::span<const MatmulProjection>
   if (required > 0 && (workspace == nullptr || workspace_bytes < required)) {
     return MatmulStatus::kWorkspaceTooSmall;
   }
-  const GroupArgs args{x, projections, options.precision, options.quant_activations, workspace,
-                       workspace_bytes};
+  const GroupArgs args{x,
+                       projections,
+                       options.precision,
+                       options.quant_activations,
+                       workspace,
+                       workspace_bytes,
+                       ResolveGemvStreams(options.gemv_streams)};
   Run(isa, ChooseMatmulPath(x.m, projections, options), args, pool);
   return MatmulStatus::kOk;
 }

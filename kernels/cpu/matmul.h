@@ -131,12 +131,23 @@ enum class QuantActivations : uint8_t {
           // times faster where the f32 path is compute bound (4- to 6-bit formats).
 };
 
+// How the f32 GEMV of float weights (the default precision, m <= 3) reads its weight rows on the
+// AVX-512 and AMX levels: how many runs of rows each thread walks side by side, and whether it
+// prefetches ahead of them. The faster layout differs between CPUs (bench/results/cpu_matmul.md,
+// "GEMV streams per CPU"); both give the same sums in the same order.
+enum class GemvStreams : uint8_t {
+  kAuto,   // the CPU's measured choice: kSix on AMD parts, kEight on the others
+  kSix,    // 6 runs per thread, no software prefetch (Zen 4)
+  kEight,  // 8 runs per thread, each prefetched 512 B ahead (Sapphire Rapids)
+};
+
 struct MatmulOptions {
   MatmulPrecision precision = MatmulPrecision::kHighest;
   MatmulPath path = MatmulPath::kAuto;
   // The instruction set to run; unset means SelectedIsa() (which honours LOOM_CPU_ISA).
   std::optional<Isa> isa;
   QuantActivations quant_activations = QuantActivations::kF32;
+  GemvStreams gemv_streams = GemvStreams::kAuto;
 };
 
 // Largest m that MatmulPath::kAuto runs as a GEMV on `isa`; larger m runs the GEMM path.

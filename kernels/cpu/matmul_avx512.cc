@@ -119,11 +119,12 @@ struct Avx512 {
   }
 };
 
-// GEMV: kNr = 8 runs of weight rows per thread (the Sapphire Rapids baselines reach the roofline
-// with 8 streams per core), each prefetched 512 B ahead. Those baselines show no gain from
-// software prefetch on one stream, and on the AVX2 machine it was neutral to harmful. On a Zen 4
-// machine 0 and 512 B measured the same and 1536 B lost 15-20 % on one thread
-// (bench/results/cpu_matmul.md), so it stays at 512 B.
+// GEMV (GemvStreams, matmul.h): with kEight, kNr = 8 runs of weight rows per thread for m <= 3
+// (the Sapphire Rapids baselines reach the roofline with 8 streams per core; a Xeon with AMX read
+// 95-97 % of its probe so), each prefetched 512 B ahead. With kSix, 6 runs and no prefetch: on
+// Zen 4, with the weights on huge pages, 8 prefetched runs read 10-25 % slower than 4 or 6 at m = 1
+// and 2, on one thread and on two (bench/results/cpu_matmul.md, "GEMV streams per CPU"). m >= 4
+// keeps 6 runs, prefetched, either way.
 constexpr int kGemvPrefetchBytes = 512;
 
 // Dot-kernel blocking for GemmRowsAvx512 (matmul_dot_inl.h): x rows, k, weight rows per block;
@@ -146,6 +147,8 @@ void GemvAvx512(const GroupArgs& args, ThreadPool& pool) {
   auto run = [&]<int kMr, int kNr>() {
     if (int8) {
       RunInt8GemvGroup<Avx512, kMr, kNr, kGemvPrefetchBytes>(args, pool);
+    } else if (args.gemv_streams == GemvStreams::kSix && kMr <= 3) {
+      RunGemvGroup<Avx512, kMr, 6, 0>(args, pool);
     } else {
       RunGemvGroup<Avx512, kMr, kNr, kGemvPrefetchBytes>(args, pool);
     }

@@ -210,6 +210,51 @@ INSTANTIATE_TEST_SUITE_P(
                      testing::Values(MatmulPrecision::kHighest, MatmulPrecision::kBf16)),
     PathCaseName);
 
+// The two layouts of the AVX-512 f32 GEMV (GemvStreams) read the rows in different orders but sum
+// each row the same way: the same bits, and both within the reference's tolerance, for every float
+// dtype, m = 1..4 (m >= 4 ignores the setting), row counts that leave partial runs, k tails and
+// 1-3 threads.
+TEST(MatmulTest, GemvStreamsGiveTheSameSums) {
+  const Shape shapes[] = {{1, 2048, 257}, {1, 33, 100}, {2, 100, 17}, {3, 7, 64},
+                          {1, 31, 1},     {2, 64, 15},  {3, 2048, 100}, {4, 33, 257}};
+  std::mt19937 rng(77);
+  for (Isa isa : {Isa::kAvx512, Isa::kAmx}) {
+    if (!IsaSupported(isa)) continue;
+    for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+      int index = 0;
+      for (const Shape& s : shapes) {
+        const int threads = 1 + index++ % 3;
+        const std::vector<float> x = MakeX(s.m, s.k, s.k, rng);
+        const Weight w = MakeWeight(dtype, s.n, s.k, rng);
+        const std::vector<float> bias = MakeVector(s.n, rng);
+        std::vector<float> want(static_cast<size_t>(s.m * s.n));
+        ref::Matmul(x.data(), s.m, s.k, s.k, w.data, dtype, s.n, bias.data(), want.data(), s.n);
+        std::vector<float> ys[2];
+        const GemvStreams layouts[2] = {GemvStreams::kSix, GemvStreams::kEight};
+        for (int l = 0; l < 2; ++l) {
+          MatmulOptions options{MatmulPrecision::kHighest, MatmulPath::kGemv, isa};
+          options.gemv_streams = layouts[l];
+          ys[l].assign(static_cast<size_t>(s.m * s.n), std::nanf(""));
+          std::vector<uint8_t> ws = Workspace(s.m, s.k, threads, options);
+          ASSERT_EQ(Matmul({x.data(), s.m, s.k, s.k},
+                           {w.data, dtype, s.n, bias.data(), ys[l].data(), s.n}, Pool(threads),
+                           ws.data(), ws.size(), options),
+                    MatmulStatus::kOk);
+          const std::string what = std::string(IsaName(isa)) + " " +
+                                   std::string(DTypeName(dtype)) + " streams=" +
+                                   (l == 0 ? "6" : "8") + " m=" + std::to_string(s.m) +
+                                   " k=" + std::to_string(s.k) + " n=" + std::to_string(s.n);
+          ExpectNear(ys[l], want, Scale(x, s.m, s.k, s.k, w, s.n, bias.data()), s.m, s.n, s.n,
+                     kExactTolerance, what);
+        }
+        EXPECT_EQ(0, std::memcmp(ys[0].data(), ys[1].data(), ys[0].size() * sizeof(float)))
+            << IsaName(isa) << " " << DTypeName(dtype) << " m=" << s.m << " k=" << s.k
+            << " n=" << s.n;
+      }
+    }
+  }
+}
+
 // The AVX512-BF16 GEMM and GEMV (vdpbf16ps) at kBf16 are exact on x rounded to bf16: products of
 // two bf16 are exact in f32, so against the reference run on the rounded x only the summation
 // order differs. A wrong pairing of k, a lost odd element or a misplaced token shows up far above
