@@ -399,7 +399,7 @@ BENCHMARK(BM_GemvSweep)
     ->ArgsProduct({{0, 1, 2}, {1, 2}, {1}, {0}, {0}})
     ->ArgsProduct({{0}, {2}, {2, 4, 8, 12, 16, 24, 32}, {0}, {0}})
     ->ArgsProduct({{0}, {1, 2}, {1, 2}, {1}, {0}})
-    ->ArgsProduct({{0, 1}, {1, 2}, {1, 2, 3}, {0}, {6, 8}})
+    ->ArgsProduct({{0, 1}, {1, 2}, {1, 2, 3, 4, 8, 16}, {0}, {6, 8}})
     ->UseRealTime()
     ->MinTime(2.0)
     ->Unit(benchmark::kMillisecond);

@@ -131,14 +131,14 @@ enum class QuantActivations : uint8_t {
           // times faster where the f32 path is compute bound (4- to 6-bit formats).
 };
 
-// How the f32 GEMV of float weights (the default precision, m <= 3) reads its weight rows on the
-// AVX-512 and AMX levels: how many runs of rows each thread walks side by side, and whether it
-// prefetches ahead of them. The faster layout differs between CPUs (bench/results/cpu_matmul.md,
-// "GEMV streams per CPU"); both give the same sums in the same order.
+// How the f32 GEMV of float weights (the default precision) reads its weight rows on the AVX-512
+// and AMX levels: how many runs of rows each thread walks side by side, and how far ahead of them
+// it prefetches. The faster layout differs between CPUs (bench/results/cpu_matmul.md, "GEMV
+// streams per CPU"); both give the same sums in the same order.
 enum class GemvStreams : uint8_t {
   kAuto,   // the CPU's measured choice: kSix on AMD parts, kEight on the others
-  kSix,    // 6 runs per thread, no software prefetch (Zen 4)
-  kEight,  // 8 runs per thread, each prefetched 512 B ahead (Sapphire Rapids)
+  kSix,    // 6 runs per thread; none prefetched at m = 1, 2 KiB ahead into L2 from m = 2 (Zen 4)
+  kEight,  // 8 runs per thread up to m = 3 and 6 from m = 4, 512 B ahead into L1 (Sapphire Rapids)
 };
 
 struct MatmulOptions {

@@ -1,8 +1,8 @@
 // AVX-512 matmul: the kernels of matmul_dot_inl.h (GEMV) and matmul_panel_inl.h (GEMM) on 16-lane
 // zmm vectors.
 //
-// Tiles (32 zmm registers): GEMV keeps m * kNr accumulators with kNr = 8 for m <= 3 and 6 for
-// m >= 4 (that many concurrent weight-row streams per thread, prefetched 512 B ahead); GEMM keeps
+// Tiles (32 zmm registers): GEMV keeps m * kNr accumulators with kNr = 6, or 8 for m <= 3 on
+// non-AMD parts (that many concurrent weight-row streams per thread; GemvStreams); GEMM keeps
 // 12 weight rows × 32 tokens (24 accumulators + 2 x vectors + broadcasts). bf16 widens by
 // vpmovzxwd + vpslld 16, f16 by vcvtph2ps; k tails use fault-free masked loads, never read past a
 // row. GemmRowsAvx512 (the dot kernel, 4 x rows × 6 weight rows, no workspace) serves the AMX
@@ -66,6 +66,7 @@ struct Avx512 {
 
   static float ReduceAdd(V v) { return _mm512_reduce_add_ps(v); }
   static void Prefetch(const char* p) { _mm_prefetch(p, _MM_HINT_T0); }
+  static void PrefetchL2(const char* p) { _mm_prefetch(p, _MM_HINT_T1); }
 
   // Block-quantized weights (matmul_quant_inl.h): 32 signed bytes to two f32 vectors.
   static void WidenBytes(__m256i bytes, V (&out)[2]) {
@@ -120,12 +121,15 @@ struct Avx512 {
 };
 
 // GEMV (GemvStreams, matmul.h): with kEight, kNr = 8 runs of weight rows per thread for m <= 3
-// (the Sapphire Rapids baselines reach the roofline with 8 streams per core; a Xeon with AMX read
-// 95-97 % of its probe so), each prefetched 512 B ahead. With kSix, 6 runs and no prefetch: on
-// Zen 4, with the weights on huge pages, 8 prefetched runs read 10-25 % slower than 4 or 6 at m = 1
-// and 2, on one thread and on two (bench/results/cpu_matmul.md, "GEMV streams per CPU"). m >= 4
-// keeps 6 runs, prefetched, either way.
+// and 6 for m >= 4 (the Sapphire Rapids baselines reach the roofline with 8 streams per core; a
+// Xeon with AMX read 95-97 % of its probe so), each prefetched 512 B ahead into L1. With kSix, 6
+// runs at every m: at m = 1 without software prefetch, from m = 2 on each run prefetched 2 KiB
+// ahead into L2 (kSixPrefetchBytes, DotTile's sign convention). On Zen 4, with the weights on
+// huge pages, 8 runs prefetched into L1 read 10-25 % slower than 6 at m = 1 and 2, and the L2
+// prefetch gains 10-33 % at m = 2-4 on one thread over none or the L1 one (bench/results/
+// cpu_matmul.md, "GEMV streams per CPU"; at m = 1 it loses 7 %).
 constexpr int kGemvPrefetchBytes = 512;
+constexpr int kSixPrefetchBytes = -2048;
 
 // Dot-kernel blocking for GemmRowsAvx512 (matmul_dot_inl.h): x rows, k, weight rows per block;
 // 4 x rows and 6 weight rows of kc in a 48 KiB L1, nc weight rows and mc x rows of kc in L2.
@@ -147,8 +151,8 @@ void GemvAvx512(const GroupArgs& args, ThreadPool& pool) {
   auto run = [&]<int kMr, int kNr>() {
     if (int8) {
       RunInt8GemvGroup<Avx512, kMr, kNr, kGemvPrefetchBytes>(args, pool);
-    } else if (args.gemv_streams == GemvStreams::kSix && kMr <= 3) {
-      RunGemvGroup<Avx512, kMr, 6, 0>(args, pool);
+    } else if (args.gemv_streams == GemvStreams::kSix) {
+      RunGemvGroup<Avx512, kMr, 6, (kMr == 1 ? 0 : kSixPrefetchBytes)>(args, pool);
     } else {
       RunGemvGroup<Avx512, kMr, kNr, kGemvPrefetchBytes>(args, pool);
     }

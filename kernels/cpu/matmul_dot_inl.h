@@ -85,7 +85,9 @@ inline void DotStep(const float* const* x_rows, const typename W::Storage* const
   }
 }
 
-// out[a * kNr + r] = sum_{k < len} x_rows[a][k] * w_rows[r][k].
+// out[a * kNr + r] = sum_{k < len} x_rows[a][k] * w_rows[r][k]. kPrefetchBytes > 0: each weight
+// row is prefetched that many bytes ahead into L1 (T::Prefetch); < 0: -kPrefetchBytes ahead into
+// L2 (T::PrefetchL2); 0: not at all.
 template <class T, class W, int kMr, int kNr, int kPrefetchBytes>
 inline void DotTile(const float* const* x_rows, const typename W::Storage* const* w_rows,
                     int64_t len, float* out) {
@@ -107,6 +109,11 @@ inline void DotTile(const float* const* x_rows, const typename W::Storage* const
 #pragma GCC unroll 32
       for (int r = 0; r < kNr; ++r) {
         T::Prefetch(reinterpret_cast<const char*>(w_rows[r] + k) + kPrefetchBytes);
+      }
+    } else if constexpr (kPrefetchBytes < 0) {
+#pragma GCC unroll 32
+      for (int r = 0; r < kNr; ++r) {
+        T::PrefetchL2(reinterpret_cast<const char*>(w_rows[r] + k) - kPrefetchBytes);
       }
     }
 #pragma GCC unroll 32

@@ -210,13 +210,13 @@ INSTANTIATE_TEST_SUITE_P(
                      testing::Values(MatmulPrecision::kHighest, MatmulPrecision::kBf16)),
     PathCaseName);
 
-// The two layouts of the AVX-512 f32 GEMV (GemvStreams) read the rows in different orders but sum
-// each row the same way: the same bits, and both within the reference's tolerance, for every float
-// dtype, m = 1..4 (m >= 4 ignores the setting), row counts that leave partial runs, k tails and
-// 1-3 threads.
+// The two layouts of the AVX-512 f32 GEMV (GemvStreams) read the rows in different orders and
+// prefetch differently but sum each row the same way: the same bits, and both within the
+// reference's tolerance, for every float dtype, m = 1..5, row counts that leave partial runs, k
+// tails and 1-3 threads.
 TEST(MatmulTest, GemvStreamsGiveTheSameSums) {
-  const Shape shapes[] = {{1, 2048, 257}, {1, 33, 100}, {2, 100, 17}, {3, 7, 64},
-                          {1, 31, 1},     {2, 64, 15},  {3, 2048, 100}, {4, 33, 257}};
+  const Shape shapes[] = {{1, 2048, 257}, {1, 33, 100},   {2, 100, 17},  {3, 7, 64},   {1, 31, 1},
+                          {2, 64, 15},    {3, 2048, 100}, {4, 33, 257},  {5, 2048, 40}};
   std::mt19937 rng(77);
   for (Isa isa : {Isa::kAvx512, Isa::kAmx}) {
     if (!IsaSupported(isa)) continue;
