@@ -362,18 +362,18 @@ MatmulStatus RunSweep(ModelWeights& w, int64_t m, const float* x_hidden, const f
 }
 
 // Args: dtype index, threads, m, precision (0 highest, 1 bf16; the second for bf16 weights only,
-// where AVX-512 then takes the vdpbf16ps GEMV), and the GEMV's streams (0 the CPU's choice, 6 or
-// 8: GemvStreams, which only the f32 GEMV of the AVX-512 and AMX levels reads).
+// where AVX-512 then takes the vdpbf16ps GEMV), and the f32 GEMV's layout (GemvLayout: 0 the CPU's
+// choice, 6 kZen4 (6 runs on AVX-512), 8 kSapphireRapids (8 runs on AVX-512 up to m = 3)).
 void BM_GemvSweep(benchmark::State& state) {
   const DType dtype = kDTypes[state.range(0)];
   const int threads = static_cast<int>(state.range(1));
   const int64_t m = state.range(2);
   MatmulOptions options;
   options.precision = state.range(3) == 1 ? MatmulPrecision::kBf16 : MatmulPrecision::kHighest;
-  const int64_t streams = state.range(4);
-  options.gemv_streams = streams == 6   ? GemvStreams::kSix
-                         : streams == 8 ? GemvStreams::kEight
-                                        : GemvStreams::kAuto;
+  const int64_t layout = state.range(4);
+  options.gemv_layout = layout == 6   ? GemvLayout::kZen4
+                        : layout == 8 ? GemvLayout::kSapphireRapids
+                                      : GemvLayout::kAuto;
   ModelWeights& w = Model(dtype);
   const std::vector<float> x_hidden = RandomX(m, ModelWeights::kHidden);
   const std::vector<float> x_ffn = RandomX(m, ModelWeights::kFfn);
@@ -393,7 +393,7 @@ void BM_GemvSweep(benchmark::State& state) {
                  std::to_string(w.bytes >> 20) + " MiB m=" + std::to_string(m) +
                  " threads=" + std::to_string(threads) +
                  (state.range(3) == 1 ? " precision=bf16" : "") +
-                 (streams != 0 ? " streams=" + std::to_string(streams) : ""));
+                 (layout == 6 ? " layout=zen4" : layout == 8 ? " layout=spr" : ""));
 }
 BENCHMARK(BM_GemvSweep)
     ->ArgsProduct({{0, 1, 2}, {1, 2}, {1}, {0}, {0}})

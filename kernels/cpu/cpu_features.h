@@ -14,7 +14,7 @@
 namespace loom::cpu {
 
 // Who made the CPU (CPUID leaf 0): some kernels' memory access pattern is tuned per vendor
-// (matmul.h, GemvStreams).
+// (matmul.h, GemvLayout).
 enum class CpuVendor : uint8_t { kOther, kIntel, kAmd };
 
 struct CpuFeatures {

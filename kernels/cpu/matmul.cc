@@ -20,11 +20,11 @@ Isa ThisCpuMaxIsa() {
 
 Isa ResolveIsa(const MatmulOptions& options) { return options.isa.value_or(SelectedIsa()); }
 
-GemvStreams ResolveGemvStreams(GemvStreams streams) {
-  if (streams != GemvStreams::kAuto) return streams;
-  static const GemvStreams machine = DetectCpuFeatures().vendor == CpuVendor::kAmd
-                                         ? GemvStreams::kSix
-                                         : GemvStreams::kEight;
+GemvLayout ResolveGemvLayout(GemvLayout layout) {
+  if (layout != GemvLayout::kAuto) return layout;
+  static const GemvLayout machine = DetectCpuFeatures().vendor == CpuVendor::kAmd
+                                        ? GemvLayout::kZen4
+                                        : GemvLayout::kSapphireRapids;
   return machine;
 }
 
@@ -276,7 +276,7 @@ MatmulStatus MatmulGroup(const MatmulInput& x, std::span<const MatmulProjection>
                        options.quant_activations,
                        workspace,
                        workspace_bytes,
-                       ResolveGemvStreams(options.gemv_streams)};
+                       ResolveGemvLayout(options.gemv_layout)};
   Run(isa, ChooseMatmulPath(x.m, projections, options), args, pool);
   return MatmulStatus::kOk;
 }

@@ -131,14 +131,19 @@ enum class QuantActivations : uint8_t {
           // times faster where the f32 path is compute bound (4- to 6-bit formats).
 };
 
-// How the f32 GEMV of float weights (the default precision) reads its weight rows on the AVX-512
-// and AMX levels: how many runs of rows each thread walks side by side, and how far ahead of them
-// it prefetches. The faster layout differs between CPUs (bench/results/cpu_matmul.md, "GEMV
-// streams per CPU"); both give the same sums in the same order.
-enum class GemvStreams : uint8_t {
-  kAuto,   // the CPU's measured choice: kSix on AMD parts, kEight on the others
-  kSix,    // 6 runs per thread; none prefetched at m = 1, 2 KiB ahead into L2 from m = 2 (Zen 4)
-  kEight,  // 8 runs per thread up to m = 3 and 6 from m = 4, 512 B ahead into L1 (Sapphire Rapids)
+// How the f32 GEMV of float weights (the default precision) reads its weight rows: how many runs
+// of rows each thread walks side by side, and how far ahead of them it prefetches. The faster
+// layout differs between CPUs, so each is named for the machine it was measured best on
+// (bench/results/cpu_matmul.md, "GEMV streams per CPU"); every layout of a level gives the same
+// sums in the same order.
+enum class GemvLayout : uint8_t {
+  kAuto,  // the CPU's measured choice: kZen4 on AMD parts, kSapphireRapids on the others
+  // AVX-512 / AMX: 6 runs per thread; none prefetched at m = 1, 2 KiB ahead into L2 from m = 2.
+  // AVX2: 4 runs (3 from m = 4) as kSapphireRapids, prefetched 2 KiB ahead into L2 from m = 2.
+  kZen4,
+  // AVX-512 / AMX: 8 runs per thread up to m = 3 and 6 from m = 4, 512 B ahead into L1.
+  // AVX2: 4 runs (3 from m = 4), no software prefetch (as measured on Zen 3 before kZen4).
+  kSapphireRapids,
 };
 
 struct MatmulOptions {
@@ -147,7 +152,7 @@ struct MatmulOptions {
   // The instruction set to run; unset means SelectedIsa() (which honours LOOM_CPU_ISA).
   std::optional<Isa> isa;
   QuantActivations quant_activations = QuantActivations::kF32;
-  GemvStreams gemv_streams = GemvStreams::kAuto;
+  GemvLayout gemv_layout = GemvLayout::kAuto;
 };
 
 // Largest m that MatmulPath::kAuto runs as a GEMV on `isa`; larger m runs the GEMM path.

@@ -68,6 +68,7 @@ struct Avx2 {
     return _mm_cvtss_f32(sum);
   }
   static void Prefetch(const char* p) { _mm_prefetch(p, _MM_HINT_T0); }
+  static void PrefetchL2(const char* p) { _mm_prefetch(p, _MM_HINT_T1); }
 
   // Block-quantized weights (matmul_quant_inl.h): 32 signed bytes to four f32 vectors.
   static void WidenBytes(__m256i bytes, V (&out)[4]) {
@@ -128,10 +129,15 @@ struct Avx2 {
 };
 
 // GEMV: kNr = 4 runs of weight rows walked side by side (3 for m >= 4, to stay within 12
-// accumulators), no software prefetch. Measured over a 1 GiB sweep on the AMD EPYC (Zen 3)
-// development machine (bench/results/cpu_matmul.md): 6 or 8 runs were no better, and prefetching
-// ahead lost bandwidth with adjacent rows and was within the noise with the run order.
+// accumulators). Measured over a 1 GiB sweep on the AMD EPYC (Zen 3) development machine
+// (bench/results/cpu_matmul.md): 6 or 8 runs were no better, and prefetching ahead into L1 lost
+// bandwidth with adjacent rows and was within the noise with the run order, so m = 1 prefetches
+// nothing. From m = 2 on, GemvLayout::kZen4 (AMD) prefetches each run 2 KiB ahead into L2
+// (DotTile's sign convention): this code on a Zen 4 core, one thread, read 25-49 % faster at
+// m = 2-8 that way (bench/results/cpu_matmul.md, "GEMV streams per CPU"; not yet measured on
+// Zen 3). kSapphireRapids keeps no prefetch.
 constexpr int kGemvPrefetchBytes = 0;
+constexpr int kZen4PrefetchBytes = -2048;
 
 // GEMM (matmul_panel_inl.h): 6 weight rows per tile; tokens, k and weight rows per block, sized
 // for a 32 KiB L1 (a 16-token panel of kc: 16 KiB) and a 512 KiB L2 (block + accumulator +
@@ -149,6 +155,8 @@ void GemvAvx2(const GroupArgs& args, ThreadPool& pool) {
   auto run = [&]<int kMr, int kNr>() {
     if (int8) {
       RunInt8GemvGroup<Avx2, kMr, kNr, kGemvPrefetchBytes>(args, pool);
+    } else if (args.gemv_layout == GemvLayout::kZen4) {
+      RunGemvGroup<Avx2, kMr, kNr, (kMr == 1 ? kGemvPrefetchBytes : kZen4PrefetchBytes)>(args, pool);
     } else {
       RunGemvGroup<Avx2, kMr, kNr, kGemvPrefetchBytes>(args, pool);
     }

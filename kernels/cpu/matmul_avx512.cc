@@ -1,8 +1,8 @@
 // AVX-512 matmul: the kernels of matmul_dot_inl.h (GEMV) and matmul_panel_inl.h (GEMM) on 16-lane
 // zmm vectors.
 //
-// Tiles (32 zmm registers): GEMV keeps m * kNr accumulators with kNr = 6, or 8 for m <= 3 on
-// non-AMD parts (that many concurrent weight-row streams per thread; GemvStreams); GEMM keeps
+// Tiles (32 zmm registers): GEMV keeps m * kNr accumulators with kNr = 6, or 8 for m <= 3 in the
+// Sapphire Rapids layout (that many concurrent weight-row streams per thread; GemvLayout); GEMM keeps
 // 12 weight rows × 32 tokens (24 accumulators + 2 x vectors + broadcasts). bf16 widens by
 // vpmovzxwd + vpslld 16, f16 by vcvtph2ps; k tails use fault-free masked loads, never read past a
 // row. GemmRowsAvx512 (the dot kernel, 4 x rows × 6 weight rows, no workspace) serves the AMX
@@ -120,16 +120,16 @@ struct Avx512 {
   }
 };
 
-// GEMV (GemvStreams, matmul.h): with kEight, kNr = 8 runs of weight rows per thread for m <= 3
+// GEMV (GemvLayout, matmul.h): kSapphireRapids, kNr = 8 runs of weight rows per thread for m <= 3
 // and 6 for m >= 4 (the Sapphire Rapids baselines reach the roofline with 8 streams per core; a
-// Xeon with AMX read 95-97 % of its probe so), each prefetched 512 B ahead into L1. With kSix, 6
+// Xeon with AMX read 95-97 % of its probe so), each prefetched 512 B ahead into L1. kZen4: 6
 // runs at every m: at m = 1 without software prefetch, from m = 2 on each run prefetched 2 KiB
-// ahead into L2 (kSixPrefetchBytes, DotTile's sign convention). On Zen 4, with the weights on
+// ahead into L2 (kZen4PrefetchBytes, DotTile's sign convention). On Zen 4, with the weights on
 // huge pages, 8 runs prefetched into L1 read 10-25 % slower than 6 at m = 1 and 2, and the L2
 // prefetch gains 10-33 % at m = 2-4 on one thread over none or the L1 one (bench/results/
 // cpu_matmul.md, "GEMV streams per CPU"; at m = 1 it loses 7 %).
 constexpr int kGemvPrefetchBytes = 512;
-constexpr int kSixPrefetchBytes = -2048;
+constexpr int kZen4PrefetchBytes = -2048;
 
 // Dot-kernel blocking for GemmRowsAvx512 (matmul_dot_inl.h): x rows, k, weight rows per block;
 // 4 x rows and 6 weight rows of kc in a 48 KiB L1, nc weight rows and mc x rows of kc in L2.
@@ -151,8 +151,8 @@ void GemvAvx512(const GroupArgs& args, ThreadPool& pool) {
   auto run = [&]<int kMr, int kNr>() {
     if (int8) {
       RunInt8GemvGroup<Avx512, kMr, kNr, kGemvPrefetchBytes>(args, pool);
-    } else if (args.gemv_streams == GemvStreams::kSix) {
-      RunGemvGroup<Avx512, kMr, 6, (kMr == 1 ? 0 : kSixPrefetchBytes)>(args, pool);
+    } else if (args.gemv_layout == GemvLayout::kZen4) {
+      RunGemvGroup<Avx512, kMr, 6, (kMr == 1 ? 0 : kZen4PrefetchBytes)>(args, pool);
     } else {
       RunGemvGroup<Avx512, kMr, kNr, kGemvPrefetchBytes>(args, pool);
     }

@@ -24,7 +24,7 @@ struct GroupArgs {
   QuantActivations quant_activations = QuantActivations::kF32;
   void* workspace = nullptr;  // MatmulWorkspaceBytes(...) bytes, no alignment promised
   size_t workspace_bytes = 0;
-  GemvStreams gemv_streams = GemvStreams::kEight;  // resolved: never kAuto
+  GemvLayout gemv_layout = GemvLayout::kSapphireRapids;  // resolved: never kAuto
 };
 
 // Entry points of each instruction-set level. Gemv* walk weight rows with the whole of x per row

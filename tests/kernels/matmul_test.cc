@@ -210,15 +210,15 @@ INSTANTIATE_TEST_SUITE_P(
                      testing::Values(MatmulPrecision::kHighest, MatmulPrecision::kBf16)),
     PathCaseName);
 
-// The two layouts of the AVX-512 f32 GEMV (GemvStreams) read the rows in different orders and
-// prefetch differently but sum each row the same way: the same bits, and both within the
-// reference's tolerance, for every float dtype, m = 1..5, row counts that leave partial runs, k
-// tails and 1-3 threads.
-TEST(MatmulTest, GemvStreamsGiveTheSameSums) {
+// The two layouts of the f32 GEMV (GemvLayout) read the rows in different orders and prefetch
+// differently but sum each row the same way: the same bits, and both within the reference's
+// tolerance, on AVX2, AVX-512 and AMX, for every float dtype, m = 1..5, row counts that leave
+// partial runs, k tails and 1-3 threads.
+TEST(MatmulTest, GemvLayoutsGiveTheSameSums) {
   const Shape shapes[] = {{1, 2048, 257}, {1, 33, 100},   {2, 100, 17},  {3, 7, 64},   {1, 31, 1},
                           {2, 64, 15},    {3, 2048, 100}, {4, 33, 257},  {5, 2048, 40}};
   std::mt19937 rng(77);
-  for (Isa isa : {Isa::kAvx512, Isa::kAmx}) {
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
     if (!IsaSupported(isa)) continue;
     for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
       int index = 0;
@@ -230,10 +230,10 @@ TEST(MatmulTest, GemvStreamsGiveTheSameSums) {
         std::vector<float> want(static_cast<size_t>(s.m * s.n));
         ref::Matmul(x.data(), s.m, s.k, s.k, w.data, dtype, s.n, bias.data(), want.data(), s.n);
         std::vector<float> ys[2];
-        const GemvStreams layouts[2] = {GemvStreams::kSix, GemvStreams::kEight};
+        const GemvLayout layouts[2] = {GemvLayout::kZen4, GemvLayout::kSapphireRapids};
         for (int l = 0; l < 2; ++l) {
           MatmulOptions options{MatmulPrecision::kHighest, MatmulPath::kGemv, isa};
-          options.gemv_streams = layouts[l];
+          options.gemv_layout = layouts[l];
           ys[l].assign(static_cast<size_t>(s.m * s.n), std::nanf(""));
           std::vector<uint8_t> ws = Workspace(s.m, s.k, threads, options);
           ASSERT_EQ(Matmul({x.data(), s.m, s.k, s.k},
@@ -241,8 +241,8 @@ TEST(MatmulTest, GemvStreamsGiveTheSameSums) {
                            ws.data(), ws.size(), options),
                     MatmulStatus::kOk);
           const std::string what = std::string(IsaName(isa)) + " " +
-                                   std::string(DTypeName(dtype)) + " streams=" +
-                                   (l == 0 ? "6" : "8") + " m=" + std::to_string(s.m) +
+                                   std::string(DTypeName(dtype)) + " layout=" +
+                                   (l == 0 ? "zen4" : "spr") + " m=" + std::to_string(s.m) +
                                    " k=" + std::to_string(s.k) + " n=" + std::to_string(s.n);
           ExpectNear(ys[l], want, Scale(x, s.m, s.k, s.k, w, s.n, bias.data()), s.m, s.n, s.n,
                      kExactTolerance, what);
