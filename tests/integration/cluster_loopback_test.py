@@ -149,8 +149,11 @@ class LoopbackClusterTest(unittest.TestCase):
         cls.instances = []
         cls.addClassCleanup(cls.stop_all)
         # All load goes to "hot", which runs what it receives (no dispatch): only migration can
-        # spread it.
-        for name, extra in (("hot", ["--cluster-dispatch=false"]), ("cold1", []), ("cold2", [])):
+        # spread it. "cold1" runs what it receives too, so that the drain test's streams are on it
+        # when it is drained (with dispatch on, the manager could place all three elsewhere and
+        # leave nothing to move, as one full ctest run did).
+        no_dispatch = ["--cluster-dispatch=false"]
+        for name, extra in (("hot", no_dispatch), ("cold1", no_dispatch), ("cold2", [])):
             cls.instances.append(Instance(cls.manager_grpc, name, *extra))
         wait_registered(cls.manager_http, 3)
 
