@@ -126,6 +126,15 @@ int64_t CountRowUnits(std::span<const MatmulProjection> projections, int64_t uni
   return units;
 }
 
+int64_t GemvStealPieces(const GroupArgs& args, int num_threads) {
+  int64_t bytes = 0;
+  for (const MatmulProjection& p : args.projections) {
+    bytes += p.n * DTypeRowBytes(p.dtype, args.x.k);
+  }
+  const int64_t pieces = bytes / num_threads / kGemvMinPieceBytes;
+  return pieces < 1 ? 1 : (pieces < kGemvStealPieces ? pieces : kGemvStealPieces);
+}
+
 }  // namespace matmul_internal
 
 int64_t MatmulGemvMaxM(Isa isa) {

@@ -484,10 +484,11 @@ void GemvBf16DotAvx512(const GroupArgs& args, ThreadPool& pool) {
   const auto address = reinterpret_cast<uintptr_t>(args.workspace);
   auto* x_bf16 = reinterpret_cast<uint16_t*>((address + 63) & ~uintptr_t{63});
   RoundXToBf16(args.x, x_bf16);
-  // Units of 4 rows: one contiguous range per thread, cut finely enough to balance the threads.
+  // Units of 4 rows; each thread's share in pieces (GemvStealPieces), the 2 runs inside a piece.
   constexpr int64_t kUnitRows = 4;
-  pool.ParallelFor(CountRowUnits(args.projections, kUnitRows),
-                   [&](int64_t unit_begin, int64_t unit_end, int) {
+  ParallelForStealing(pool, CountRowUnits(args.projections, kUnitRows),
+                      GemvStealPieces(args, pool.num_threads()),
+                      [&](int64_t unit_begin, int64_t unit_end) {
     ForEachRowRange(args.projections, kUnitRows, unit_begin, unit_end,
                     [&](const MatmulProjection& p, int64_t row_begin, int64_t row_end) {
                       GemvRows(args.x, p, row_begin, row_end, x_bf16);

@@ -8,7 +8,9 @@
 // lanes at the end. Products are exact and sums are f32.
 //
 // Work split: the rows of all weights of a group are cut into units of kNr rows; thread t gets a
-// contiguous run of units (its own weight rows, its own y columns, no write sharing).
+// contiguous run of units (its own weight rows, its own y columns, no write sharing). The GEMV
+// cuts that run into pieces (GemvStealPieces) and a thread that finishes early takes the last
+// pieces of another's; a row's sum is the same wherever it runs.
 //
 // GEMV order (RunGemvRows, the decode path): a thread's rows are cut into kNr equal runs and a
 // tile takes one row from each, with all of k and all m rows of x (in chunks of kMr, the weight
@@ -260,7 +262,8 @@ void BlockedProjectionRows(const MatmulInput& x, const MatmulProjection& p, int6
 template <class T, int kMrMax, int kNr, int kPrefetchBytes>
 void RunGemvGroup(const GroupArgs& args, ThreadPool& pool) {
   const int64_t num_units = CountRowUnits(args.projections, kNr);
-  pool.ParallelFor(num_units, [&](int64_t unit_begin, int64_t unit_end, int /*thread*/) {
+  ParallelForStealing(pool, num_units, GemvStealPieces(args, pool.num_threads()),
+                      [&](int64_t unit_begin, int64_t unit_end) {
     ForEachRowRange(args.projections, kNr, unit_begin, unit_end,
                     [&](const MatmulProjection& p, int64_t row_begin, int64_t row_end) {
                       GemvProjectionRows<T, kMrMax, kNr, kPrefetchBytes>(args.x, p, row_begin,

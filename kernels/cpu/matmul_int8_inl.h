@@ -625,7 +625,8 @@ template <class T, int kMrMax, int kNr, int kPrefetchBytes>
 void RunInt8GemvGroup(const GroupArgs& args, ThreadPool& pool) {
   const Int8X xq = QuantizeXForGroup(args);
   const int64_t num_units = CountRowUnits(args.projections, kNr);
-  pool.ParallelFor(num_units, [&](int64_t unit_begin, int64_t unit_end, int /*thread*/) {
+  ParallelForStealing(pool, num_units, GemvStealPieces(args, pool.num_threads()),
+                      [&](int64_t unit_begin, int64_t unit_end) {
     ForEachRowRange(args.projections, kNr, unit_begin, unit_end,
                     [&](const MatmulProjection& p, int64_t row_begin, int64_t row_end) {
                       if (HasInt8Kernel(p.dtype)) {

@@ -15,6 +15,8 @@
 #include <span>
 #include <vector>
 
+#include "kernels/cpu/thread_pool.h"
+
 namespace loom::cpu {
 
 class WorkClaims {
@@ -66,5 +68,36 @@ class WorkClaims {
   };
   std::vector<List> lists_;
 };
+
+// Runs fn(begin, end) over [0, num_items) on every thread of `pool`: each thread's even share
+// (ParallelFor's) is cut into `pieces` contiguous ranges that it takes front to back, and a thread
+// that runs out takes the last ranges left in another's share. With pieces <= 1, or one thread,
+// this is ParallelFor's static split. fn is not called for empty ranges.
+template <typename Fn>
+void ParallelForStealing(ThreadPool& pool, int64_t num_items, int64_t pieces, const Fn& fn) {
+  const int n = pool.num_threads();
+  if (n == 1 || pieces <= 1) {
+    pool.ParallelFor(num_items, [&](int64_t begin, int64_t end, int) {
+      if (begin < end) fn(begin, end);
+    });
+    return;
+  }
+  std::vector<int64_t> counts(static_cast<size_t>(n));
+  for (int t = 0; t < n; ++t) {
+    const int64_t share = (t + 1) * num_items / n - t * num_items / n;
+    counts[static_cast<size_t>(t)] = share < pieces ? share : pieces;
+  }
+  WorkClaims claims(counts);
+  pool.RunOnAllThreads([&](int64_t, int64_t, int thread) {
+    int owner = 0;
+    int64_t index = 0;
+    while (claims.Claim(thread, &owner, &index)) {
+      const int64_t share_begin = owner * num_items / n;
+      const int64_t share = (owner + 1) * num_items / n - share_begin;
+      const int64_t count = counts[static_cast<size_t>(owner)];
+      fn(share_begin + index * share / count, share_begin + (index + 1) * share / count);
+    }
+  });
+}
 
 }  // namespace loom::cpu

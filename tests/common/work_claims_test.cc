@@ -1,14 +1,21 @@
 // kernels/cpu/work_claims.h: the claim order (own front first, then the back of the next lists),
-// every unit claimed exactly once under concurrent claims, and the hint of Unclaimed.
+// every unit claimed exactly once under concurrent claims, and the hint of Unclaimed; and
+// ParallelForStealing: every item once, pieces inside the owner's share, a slow thread's tail
+// taken by the others.
 #include "kernels/cpu/work_claims.h"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
 #include <cstdint>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace loom::cpu {
 namespace {
@@ -83,6 +90,88 @@ TEST(WorkClaimsTest, EveryUnitOnceUnderConcurrentClaims) {
       }
     }
   }
+}
+
+
+// Records every range fn was called with, and which thread ran it.
+struct StealingRun {
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> ranges;  // per thread
+  std::vector<int> item_count;
+};
+
+StealingRun RunStealing(ThreadPool& pool, int64_t num_items, int64_t pieces, int slow_thread) {
+  StealingRun run;
+  run.ranges.resize(static_cast<size_t>(pool.num_threads()));
+  std::vector<std::atomic<int>> seen(static_cast<size_t>(num_items));
+  std::mutex mutex;
+  std::map<std::thread::id, int> thread_numbers;  // in the order threads first run a range
+  ParallelForStealing(pool, num_items, pieces, [&](int64_t begin, int64_t end) {
+    EXPECT_LT(begin, end);
+    for (int64_t i = begin; i < end; ++i) seen[static_cast<size_t>(i)].fetch_add(1);
+    int me = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      me = thread_numbers.emplace(std::this_thread::get_id(), thread_numbers.size()).first->second;
+    }
+    if (me == slow_thread) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    std::lock_guard<std::mutex> lock(mutex);
+    run.ranges[static_cast<size_t>(me)].emplace_back(begin, end);
+  });
+  for (std::atomic<int>& s : seen) run.item_count.push_back(s.load());
+  return run;
+}
+
+TEST(ParallelForStealingTest, EveryItemOnceForAnySplit) {
+  for (int threads : {1, 2, 3, 5}) {
+    ThreadPool pool(threads);
+    for (int64_t items : {0, 1, 2, 7, 16, 100, 1001}) {
+      for (int64_t pieces : {0, 1, 2, 8, 64}) {
+        const StealingRun run = RunStealing(pool, items, pieces, /*slow_thread=*/-1);
+        for (int64_t i = 0; i < items; ++i) {
+          ASSERT_EQ(run.item_count[static_cast<size_t>(i)], 1)
+              << "threads " << threads << " items " << items << " pieces " << pieces << " item "
+              << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(ParallelForStealingTest, PiecesStayInsideOneThreadsShare) {
+  ThreadPool pool(3);
+  const int64_t items = 100;
+  const StealingRun run = RunStealing(pool, items, 8, -1);
+  size_t calls = 0;
+  for (const auto& ranges : run.ranges) {
+    for (const auto& [begin, end] : ranges) {
+      ++calls;
+      // ParallelFor's share t is [t * 100 / 3, (t + 1) * 100 / 3): no range crosses a boundary.
+      int64_t share = 0;
+      while ((share + 1) * items / 3 <= begin) ++share;
+      EXPECT_LE(end, (share + 1) * items / 3) << begin << ".." << end;
+    }
+  }
+  EXPECT_EQ(calls, 24u);  // 8 pieces of each of the 3 shares
+}
+
+TEST(ParallelForStealingTest, ASlowThreadsTailIsTakenByTheOthers) {
+  ThreadPool pool(2);
+  // Whichever thread first runs a piece is slowed (2 ms per piece): the other, with nothing
+  // slowing it, finishes its own 16 pieces and then takes from the back of the slow one's share.
+  const StealingRun run = RunStealing(pool, 64, 16, /*slow_thread=*/0);
+  const size_t slow = run.ranges[0].size(), fast = run.ranges[1].size();
+  EXPECT_EQ(slow + fast, 32u);
+  EXPECT_GT(fast, 16u) << "the fast thread took none of the slow thread's pieces";
+}
+
+TEST(ParallelForStealingTest, OnePieceIsTheStaticSplit) {
+  ThreadPool pool(2);
+  const StealingRun run = RunStealing(pool, 10, 1, /*slow_thread=*/0);
+  std::vector<std::pair<int64_t, int64_t>> all;
+  for (const auto& ranges : run.ranges) all.insert(all.end(), ranges.begin(), ranges.end());
+  std::sort(all.begin(), all.end());
+  const std::vector<std::pair<int64_t, int64_t>> want = {{0, 5}, {5, 10}};
+  EXPECT_EQ(all, want);
 }
 
 }  // namespace

@@ -353,6 +353,45 @@ TEST_P(MatmulIsaTest, GroupMatchesSeparateReferences) {
   }
 }
 
+// Runs one group on 1, 2 and 3 threads (twice each of 2 and 3): the first result against the
+// reference, every later one the same to the bit.
+void CheckThreadCountInvariant(const MatmulOptions& options, int64_t m, int64_t k,
+                               const int64_t (&ns)[3], const DType (&dtypes)[3], double tolerance,
+                               const std::string& label) {
+  std::mt19937 rng(5);
+  const std::vector<float> x = MakeX(m, k, k, rng);
+  std::vector<Weight> weights;
+  for (int p = 0; p < 3; ++p) weights.push_back(MakeWeight(dtypes[p], ns[p], k, rng));
+  std::vector<std::vector<float>> first;
+  for (int threads : {1, 2, 3, 2, 3}) {
+    std::vector<std::vector<float>> ys;
+    std::vector<MatmulProjection> projections;
+    for (int p = 0; p < 3; ++p) ys.emplace_back(static_cast<size_t>(m * ns[p]), std::nanf(""));
+    for (int p = 0; p < 3; ++p) {
+      projections.push_back({weights[p].data, dtypes[p], ns[p], nullptr, ys[p].data(), ns[p]});
+    }
+    std::vector<uint8_t> ws = Workspace(m, k, threads, options);
+    ASSERT_EQ(MatmulGroup({x.data(), m, k, k}, projections, Pool(threads), ws.data(), ws.size(),
+                          options),
+              MatmulStatus::kOk);
+    if (first.empty()) {
+      for (int p = 0; p < 3; ++p) {
+        std::vector<float> want(static_cast<size_t>(m * ns[p]));
+        ref::Matmul(x.data(), m, k, k, weights[p].data, dtypes[p], ns[p], nullptr, want.data(),
+                    ns[p]);
+        ExpectNear(ys[p], want, Scale(x, m, k, k, weights[p], ns[p], nullptr), m, ns[p], ns[p],
+                   tolerance, "projection " + std::to_string(p) + " " + label);
+      }
+      first = ys;
+      continue;
+    }
+    for (int p = 0; p < 3; ++p) {
+      ASSERT_EQ(0, std::memcmp(ys[p].data(), first[p].data(), ys[p].size() * sizeof(float)))
+          << "projection " << p << " threads=" << threads << " " << label;
+    }
+  }
+}
+
 // The GEMM path hands its units out with stealing (kernels/cpu/work_claims.h): the output is the
 // same to the bit whichever thread ran which unit, for any thread count (with more threads than
 // cores, as on the 2-core CI machine, threads are descheduled and others take their last units).
@@ -360,46 +399,34 @@ TEST_P(MatmulIsaTest, GroupMatchesSeparateReferences) {
 TEST_P(MatmulIsaTest, GemmIsThreadCountInvariant) {
   const Isa isa = GetParam();
   if (!IsaSupported(isa)) GTEST_SKIP() << IsaName(isa) << " is not supported by this CPU";
-  const int64_t m = 300, k = 768;
   const int64_t ns[3] = {400, 130, 97};
   // kBf16 on AVX-512 takes the vdpbf16ps panels (bf16 weights only).
   for (MatmulPrecision precision : {MatmulPrecision::kHighest, MatmulPrecision::kBf16}) {
-    const MatmulOptions options{precision, MatmulPath::kGemm, isa};
     const bool bf16 = precision == MatmulPrecision::kBf16;
     const DType dtypes[3] = {DType::kBF16, bf16 ? DType::kBF16 : DType::kF16,
                              bf16 ? DType::kBF16 : DType::kF32};
-    std::mt19937 rng(5);
-    const std::vector<float> x = MakeX(m, k, k, rng);
-    std::vector<Weight> weights;
-    for (int p = 0; p < 3; ++p) weights.push_back(MakeWeight(dtypes[p], ns[p], k, rng));
-    std::vector<std::vector<float>> first;
-    for (int threads : {1, 2, 3, 2, 3}) {
-      std::vector<std::vector<float>> ys;
-      std::vector<MatmulProjection> projections;
-      for (int p = 0; p < 3; ++p) ys.emplace_back(static_cast<size_t>(m * ns[p]), std::nanf(""));
-      for (int p = 0; p < 3; ++p) {
-        projections.push_back({weights[p].data, dtypes[p], ns[p], nullptr, ys[p].data(), ns[p]});
-      }
-      std::vector<uint8_t> ws = Workspace(m, k, threads, options);
-      ASSERT_EQ(MatmulGroup({x.data(), m, k, k}, projections, Pool(threads), ws.data(), ws.size(),
-                            options),
-                MatmulStatus::kOk);
-      if (first.empty()) {
-        for (int p = 0; p < 3; ++p) {
-          std::vector<float> want(static_cast<size_t>(m * ns[p]));
-          ref::Matmul(x.data(), m, k, k, weights[p].data, dtypes[p], ns[p], nullptr, want.data(),
-                      ns[p]);
-          ExpectNear(ys[p], want, Scale(x, m, k, k, weights[p], ns[p], nullptr), m, ns[p], ns[p],
-                     bf16 ? kBf16Tolerance : kExactTolerance,
-                     "projection " + std::to_string(p) + (bf16 ? " bf16" : ""));
-        }
-        first = ys;
-        continue;
-      }
-      for (int p = 0; p < 3; ++p) {
-        ASSERT_EQ(0, std::memcmp(ys[p].data(), first[p].data(), ys[p].size() * sizeof(float)))
-            << "projection " << p << " threads=" << threads << (bf16 ? " bf16" : "");
-      }
+    CheckThreadCountInvariant({precision, MatmulPath::kGemm, isa}, 300, 768, ns, dtypes,
+                              bf16 ? kBf16Tolerance : kExactTolerance, bf16 ? "bf16" : "");
+  }
+}
+
+// The GEMV cuts each thread's share into pieces and lets a thread that finishes take another's
+// last pieces (GemvStealPieces): a row's sum does not depend on which thread ran it or where the
+// pieces fall. The group holds 4.3 MB of bf16 weights (mixed dtypes: more), enough for every
+// thread count here to cut its share into several pieces; m = 1 also at kBf16 (the vdpbf16ps
+// GEMV on AVX512-BF16), m = 4 through the FMA GEMV.
+TEST_P(MatmulIsaTest, GemvIsThreadCountInvariant) {
+  const Isa isa = GetParam();
+  if (!IsaSupported(isa)) GTEST_SKIP() << IsaName(isa) << " is not supported by this CPU";
+  const int64_t ns[3] = {1500, 301, 250};
+  for (MatmulPrecision precision : {MatmulPrecision::kHighest, MatmulPrecision::kBf16}) {
+    const bool bf16 = precision == MatmulPrecision::kBf16;
+    const DType dtypes[3] = {DType::kBF16, bf16 ? DType::kBF16 : DType::kF16,
+                             bf16 ? DType::kBF16 : DType::kF32};
+    for (int64_t m : {1, 4}) {
+      CheckThreadCountInvariant({precision, MatmulPath::kGemv, isa}, m, 1024, ns, dtypes,
+                                bf16 ? kBf16Tolerance : kExactTolerance,
+                                std::string(bf16 ? "bf16" : "") + " m=" + std::to_string(m));
     }
   }
 }

@@ -604,5 +604,41 @@ TEST(QuantMatmulTest, RejectsKThatSplitsABlock) {
   }
 }
 
+// The quantized GEMVs cut each thread's share into pieces that another thread may take
+// (GemvStealPieces): a row's sum does not depend on which thread ran it. Weights of 2.3 MB (q4_0)
+// and 3.4 MB (q6_k), so every thread count here cuts its share into several pieces; f32 and int8
+// activations, on every level this CPU runs.
+TEST(QuantMatmulTest, GemvIsThreadCountInvariant) {
+  const int64_t n = 4000, k = 1024;
+  std::mt19937 rng(41);
+  for (DType dtype : {DType::kQ4_0, DType::kQ6_K}) {
+    const QuantWeight w = MakeQuantWeight(dtype, n, k, rng);
+    for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
+      if (!IsaSupported(isa)) continue;
+      for (QuantActivations mode : {QuantActivations::kF32, QuantActivations::kInt8}) {
+        const MatmulOptions options{MatmulPrecision::kHighest, MatmulPath::kGemv, isa, mode};
+        for (int64_t m : {1, 3}) {
+          const std::vector<float> x = RandomFloats(m * k, rng);
+          std::vector<float> first;
+          for (int threads : {1, 2, 3}) {
+            std::vector<float> y(static_cast<size_t>(m * n), std::nanf(""));
+            std::vector<uint8_t> ws(MatmulWorkspaceBytes(m, k, threads, options));
+            ASSERT_EQ(Matmul({x.data(), m, k, k}, {w.data, dtype, n, nullptr, y.data(), n},
+                             Pool(threads), ws.data(), ws.size(), options),
+                      MatmulStatus::kOk);
+            if (threads == 1) {
+              first = y;
+              continue;
+            }
+            ASSERT_EQ(0, std::memcmp(y.data(), first.data(), y.size() * sizeof(float)))
+                << DTypeName(dtype) << " " << IsaName(isa) << " int8="
+                << (mode == QuantActivations::kInt8) << " m=" << m << " threads=" << threads;
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace loom::cpu
