@@ -156,7 +156,8 @@ void GemvAvx2(const GroupArgs& args, ThreadPool& pool) {
     if (int8) {
       RunInt8GemvGroup<Avx2, kMr, kNr, kGemvPrefetchBytes>(args, pool);
     } else if (args.gemv_layout == GemvLayout::kZen4) {
-      RunGemvGroup<Avx2, kMr, kNr, (kMr == 1 ? kGemvPrefetchBytes : kZen4PrefetchBytes)>(args, pool);
+      constexpr int kPrefetch = kMr == 1 ? kGemvPrefetchBytes : kZen4PrefetchBytes;
+      RunGemvGroup<Avx2, kMr, kNr, kPrefetch>(args, pool);
     } else {
       RunGemvGroup<Avx2, kMr, kNr, kGemvPrefetchBytes>(args, pool);
     }

@@ -2,11 +2,11 @@
 // zmm vectors.
 //
 // Tiles (32 zmm registers): GEMV keeps m * kNr accumulators with kNr = 6, or 8 for m <= 3 in the
-// Sapphire Rapids layout (that many concurrent weight-row streams per thread; GemvLayout); GEMM keeps
-// 12 weight rows × 32 tokens (24 accumulators + 2 x vectors + broadcasts). bf16 widens by
+// Sapphire Rapids layout (that many concurrent weight-row streams per thread; GemvLayout); GEMM
+// keeps 12 weight rows × 32 tokens (24 accumulators + 2 x vectors + broadcasts). bf16 widens by
 // vpmovzxwd + vpslld 16, f16 by vcvtph2ps; k tails use fault-free masked loads, never read past a
-// row. GemmRowsAvx512 (the dot kernel, 4 x rows × 6 weight rows, no workspace) serves the AMX
-// path for the weight rows past its last full tile.
+// row. GemmRowsAvx512 (the dot kernel, 4 x rows × 6 weight rows, no workspace) serves the AMX path
+// for the weight rows past its last full tile.
 #include "kernels/cpu/x86_intrinsics.h"
 
 // gcc 12's AVX-512 headers build some results from a deliberately uninitialised register and then

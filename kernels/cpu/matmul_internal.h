@@ -89,11 +89,11 @@ inline size_t Int8XWorkspaceBytes(int64_t m, int64_t k) {
 // thread that finishes its share takes the last pieces of another's. A decode step is a chain of
 // GEMVs, each ending in a wait for its slowest thread, and on a shared host one vCPU is often
 // slower than the other for a while. Engine decode of the 1.1B shape on two threads of a Zen 4
-// guest, static split -> 8 pieces, alternated rounds: 13.4-14.9 -> 15.1-17.5 tok/s with
-// --fast-bf16-matmul, 12.7-14.4 -> 15.3-16.1 at the default precision; batch 8 and the
-// 135M default model level within noise (bench/results/cpu_matmul.md). A piece holds at least
-// kGemvMinPieceBytes of weights: a shorter one would cut the runs a thread reads side by side
-// into streams too short for the hardware prefetchers, so a small group keeps the static split.
+// guest, static split -> 8 pieces, alternated rounds: 13.4-14.9 -> 14.4-17.5 tok/s with
+// --fast-bf16-matmul, 12.7-14.4 -> 15.3-16.1 at the default precision; batch 8 level within
+// noise (bench/results/cpu_matmul.md). A piece holds at least kGemvMinPieceBytes of weights: a
+// shorter one would cut the runs a thread reads side by side into streams too short for the
+// hardware prefetchers, so a small group keeps the static split.
 inline constexpr int64_t kGemvStealPieces = 8;
 inline constexpr int64_t kGemvMinPieceBytes = int64_t{256} << 10;
 
@@ -102,8 +102,8 @@ inline constexpr int64_t kGemvMinPieceBytes = int64_t{256} << 10;
 int64_t GemvStealPieces(const GroupArgs& args, int num_threads);
 
 // A group's rows are cut into units of `unit_rows` rows (the last unit of each projection may be
-// shorter); units are numbered through the projections in order. Threads get contiguous runs (the GEMVs
-// cut them into pieces that another thread may take: GemvStealPieces).
+// shorter); units are numbered through the projections in order. Threads get contiguous runs
+// (the GEMVs cut them into pieces that another thread may take: GemvStealPieces).
 int64_t CountRowUnits(std::span<const MatmulProjection> projections, int64_t unit_rows);
 
 // Calls fn(projection, row_begin, row_end) for each projection that units [unit_begin, unit_end)
