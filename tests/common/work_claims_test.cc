@@ -113,7 +113,7 @@ StealingRun RunStealing(ThreadPool& pool, int64_t num_items, int64_t pieces, int
       std::lock_guard<std::mutex> lock(mutex);
       me = thread_numbers.emplace(std::this_thread::get_id(), thread_numbers.size()).first->second;
     }
-    if (me == slow_thread) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    if (me == slow_thread) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     std::lock_guard<std::mutex> lock(mutex);
     run.ranges[static_cast<size_t>(me)].emplace_back(begin, end);
   });
@@ -156,8 +156,9 @@ TEST(ParallelForStealingTest, PiecesStayInsideOneThreadsShare) {
 
 TEST(ParallelForStealingTest, ASlowThreadsTailIsTakenByTheOthers) {
   ThreadPool pool(2);
-  // Whichever thread first runs a piece is slowed (2 ms per piece): the other, with nothing
-  // slowing it, finishes its own 16 pieces and then takes from the back of the slow one's share.
+  // Whichever thread first runs a piece is slowed (5 ms per piece, 80 ms for its own share, so
+  // the other has time to start even on a loaded machine): the other, with nothing slowing it,
+  // finishes its own 16 pieces and then takes from the back of the slow one's share.
   const StealingRun run = RunStealing(pool, 64, 16, /*slow_thread=*/0);
   const size_t slow = run.ranges[0].size(), fast = run.ranges[1].size();
   EXPECT_EQ(slow + fast, 32u);
