@@ -1,6 +1,6 @@
 // Parity of the CPU decode attention path (kernels/cpu/attention_decode.h) with ref::PagedAttention
 // over every KV cache format (f32, bf16, f16, fp8 and the packed int8/int4/int2 formats with K per
-// channel or per token), GQA groups 1/3/4/8, head_dim 64/96/128/192, block sizes 16..128,
+// channel or per token), GQA groups 1/3/4/8, head_dim 64/96/128/192/256/512, block sizes 16..128,
 // residual tails present, absent or missing for some sequences, sliding windows, lengths on and
 // across block edges, split-KV chunks, and batches mixing decode and prefill rows; for every
 // instruction-set level this machine runs (all of them in the "emulated:" build,
@@ -255,6 +255,10 @@ const DecodeCase kCases[] = {
     // three 16-byte pieces (the last register half empty); int2 head_dim 96 stays on f32.
     {6, 2, 96, 32, 0, Tails::kAll, {70, 300}, {}},
     {4, 1, 192, 16, 0, Tails::kNone, {50, 129}, {}},
+    // Long rows: int4 head_dim 256 and 512 are 8 and 16 pieces (two and four 512-bit registers
+    // per row in the AVX-512 scores), int2 four and eight.
+    {4, 2, 256, 32, 0, Tails::kAll, {40, 100}, {}},
+    {2, 1, 512, 16, 0, Tails::kNone, {33, 70}, {}},
     // A residual window of three blocks (the partial one and two full ones, bf16), some
     // sequences' windows starting after a prefix hit; a split sequence.
     {9, 3, 64, 16, 0, Tails::kAll, {5, 16, 40, 47, 2100}, {}, 3},

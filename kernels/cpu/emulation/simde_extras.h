@@ -18,6 +18,7 @@
 //   _mm512_cvtepu16_epi32    16 u16 -> u32, zero-extended
 //   _mm512_cvtepi8_epi32     16 i8 -> i32, sign-extended
 //   _mm512_cvtepu8_epi32     16 u8 -> u32, zero-extended
+//   _mm512_cvtepu8_epi16     32 u8 -> u16, zero-extended
 //   _mm512_cvtepi32_ps       16 i32 -> f32, rounded to nearest even (exact below 2^24)
 //   _mm512_cvtps_epi32       16 f32 -> i32, rounded to nearest even (MXCSR's default); NaN and
 //                            out-of-range lanes give the "integer indefinite" 0x80000000
@@ -26,6 +27,7 @@
 //   _mm256_maskz_loadu_epi16 16 u16 lanes, disabled lanes zero and not read
 //   _mm512_reduce_add_ps     sum of 16 lanes, in the order of gcc's own definition
 //   _mm512_reduce_max_ps     max of 16 lanes, in the order of gcc's own definition
+//   _mm512_shuffle_i64x2     128-bit blocks: two of a (imm bits 0-3), two of b (bits 4-7)
 // Masked loads read only the enabled lanes, as the instruction's fault suppression guarantees,
 // so AddressSanitizer (cpu-debug preset) reports a kernel whose mask reaches past its buffer.
 // The reductions pair lanes exactly as gcc's <avx512fintrin.h> does (256-bit halves, 128-bit
@@ -89,6 +91,14 @@ inline simde__m512i Mm512Cvtepu8Epi32(simde__m128i a) {
   const simde__m128i_private bytes = simde__m128i_to_private(a);
   simde__m512i_private r;
   for (int i = 0; i < 16; ++i) r.i32[i] = bytes.u8[i];
+  return simde__m512i_from_private(r);
+}
+
+// vpmovzxbw zmm, ymm.
+inline simde__m512i Mm512Cvtepu8Epi16(simde__m256i a) {
+  const simde__m256i_private bytes = simde__m256i_to_private(a);
+  simde__m512i_private r;
+  for (int i = 0; i < 32; ++i) r.u16[i] = bytes.u8[i];
   return simde__m512i_from_private(r);
 }
 
@@ -168,6 +178,21 @@ inline float Mm512ReduceMaxPs(simde__m512 a) {
   return ReduceLikeGcc(a, [](float x, float y) { return x > y ? x : y; });
 }
 
+// vshufi64x2 zmm, zmm, zmm, imm8: block j of the result is block (imm >> 2j) & 3 of a (j < 2)
+// or of b (j >= 2).
+inline simde__m512i Mm512ShuffleI64x2(simde__m512i a, simde__m512i b, int imm) {
+  const simde__m512i_private x = simde__m512i_to_private(a);
+  const simde__m512i_private y = simde__m512i_to_private(b);
+  simde__m512i_private r;
+  for (int j = 0; j < 4; ++j) {
+    const int block = (imm >> (2 * j)) & 3;
+    const simde__m512i_private& src = j < 2 ? x : y;
+    r.i64[2 * j] = src.i64[2 * block];
+    r.i64[2 * j + 1] = src.i64[2 * block + 1];
+  }
+  return simde__m512i_from_private(r);
+}
+
 }  // namespace loom::cpu::isa_emulation
 
 // The native names, in the style of SIMDe's own aliases. #undef first: a later SIMDe that has
@@ -180,6 +205,8 @@ inline float Mm512ReduceMaxPs(simde__m512 a) {
 #define _mm512_cvtepi8_epi32(a) ::loom::cpu::isa_emulation::Mm512Cvtepi8Epi32(a)
 #undef _mm512_cvtepu8_epi32
 #define _mm512_cvtepu8_epi32(a) ::loom::cpu::isa_emulation::Mm512Cvtepu8Epi32(a)
+#undef _mm512_cvtepu8_epi16
+#define _mm512_cvtepu8_epi16(a) ::loom::cpu::isa_emulation::Mm512Cvtepu8Epi16(a)
 #undef _mm512_cvtepi32_ps
 #define _mm512_cvtepi32_ps(a) ::loom::cpu::isa_emulation::Mm512Cvtepi32Ps(a)
 #undef _mm512_cvtps_epi32
@@ -194,3 +221,5 @@ inline float Mm512ReduceMaxPs(simde__m512 a) {
 #define _mm512_reduce_add_ps(a) ::loom::cpu::isa_emulation::Mm512ReduceAddPs(a)
 #undef _mm512_reduce_max_ps
 #define _mm512_reduce_max_ps(a) ::loom::cpu::isa_emulation::Mm512ReduceMaxPs(a)
+#undef _mm512_shuffle_i64x2
+#define _mm512_shuffle_i64x2(a, b, imm) ::loom::cpu::isa_emulation::Mm512ShuffleI64x2(a, b, imm)
