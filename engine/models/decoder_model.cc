@@ -58,7 +58,8 @@ absl::Status DecoderModel::UseProviderTables() {
 void DecoderModel::CreateExpertTables() {
   Ops& ops = backend_.ops();
   const int32_t num_experts = config_.moe.num_experts;
-  // The grouped rows (tokens x num_experts_per_tok) live in the buffers sized for max_num_tokens rows.
+  // The grouped rows (tokens x num_experts_per_tok) live in the buffers sized for
+  // max_num_tokens rows.
   const int32_t tokens = GroupedTokenLimit();
   if (tokens <= 0) return;
   const std::span<const ExpertWeights> all(weights_.experts);
