@@ -211,7 +211,7 @@ void BM_Bf16DotPeak(benchmark::State& state) {
 BENCHMARK(BM_Bf16DotPeak)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // The tile GEMM's 2×2 block with nothing loaded in the loop: accumulators tmm0-3, weight tiles
-// tmm4-5, x tiles tmm6-7; each TDPBF16PS is 16 × 16 × 32 multiply-adds (32768 flops).
+// tmm4-5, x tiles tmm6-7; each TDPBF16PS is 16 × 16 × 32 multiply-adds (16384 flops).
 float AmxChains(int64_t steps) {
   amx::TileConfig config;
   std::memset(&config, 0, sizeof(config));
@@ -258,6 +258,90 @@ void BM_AmxPeak(benchmark::State& state) {
              "amx-bf16");
 }
 BENCHMARK(BM_AmxPeak)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// The same 2×2 block fed as the tile GEMM feeds it: each step loads two weight tiles and two x
+// tiles (four 1 KiB loads for four products), cycling through a weight buffer and an x buffer of
+// the given sizes, so the operands come from L1 (16 KiB each) or from L2 (1 MiB). Against
+// BM_AmxPeak in the same run this is the roof of a 2×2 tile GEMM, whose eight tiles leave no
+// room to use a loaded tile for more than two products.
+float AmxFedChains(const uint16_t* w, int64_t w_tiles, const uint16_t* x, int64_t x_tiles,
+                   int64_t steps) {
+  amx::TileConfig config;
+  std::memset(&config, 0, sizeof(config));
+  config.palette_id = 1;
+  for (int t = 0; t < amx::kNumTiles; ++t) {
+    config.colsb[t] = 64;
+    config.rows[t] = 16;
+  }
+  amx::TileLoadConfig(config);
+  amx::TileZero<0>();
+  amx::TileZero<1>();
+  amx::TileZero<2>();
+  amx::TileZero<3>();
+  int64_t wt = 0, xt = 0;
+  for (int64_t s = 0; s < steps; ++s) {
+    amx::TileLoad<4>(w + wt * 512, 64);
+    amx::TileLoad<5>(w + (wt + 1) * 512, 64);
+    amx::TileLoad<6>(x + xt * 512, 64);
+    amx::TileLoad<7>(x + (xt + 1) * 512, 64);
+    amx::TileDpBf16<0, 4, 6>();
+    amx::TileDpBf16<1, 4, 7>();
+    amx::TileDpBf16<2, 5, 6>();
+    amx::TileDpBf16<3, 5, 7>();
+    wt = wt + 2 < w_tiles ? wt + 2 : 0;
+    xt = xt + 2 < x_tiles ? xt + 2 : 0;
+  }
+  alignas(64) float c[4][256];
+  amx::TileStore<0>(c[0], 64);
+  amx::TileStore<1>(c[1], 64);
+  amx::TileStore<2>(c[2], 64);
+  amx::TileStore<3>(c[3], 64);
+  amx::TileRelease();
+  return c[0][0] + c[1][17] + c[2][100] + c[3][255];
+}
+
+// Args: weight buffer KiB, x buffer KiB (1 KiB tiles, an even number of each), threads.
+void BM_AmxFed(benchmark::State& state) {
+  if (SelectedIsa() != Isa::kAmx) {
+    state.SkipWithError("no AMX");
+    return;
+  }
+  const int64_t w_tiles = state.range(0), x_tiles = state.range(1);
+  const int threads = static_cast<int>(state.range(2));
+  // Each thread its own weight and x buffers, of random bf16 in [-1, 1).
+  std::vector<std::vector<uint16_t>> buffers(2 * static_cast<size_t>(threads));
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    buffers[i].resize(static_cast<size_t>((i % 2 == 0 ? w_tiles : x_tiles) * 512));
+    for (uint16_t& v : buffers[i]) {
+      const float f = dist(rng);
+      uint32_t bits;
+      std::memcpy(&bits, &f, sizeof(bits));
+      v = static_cast<uint16_t>(bits >> 16);
+    }
+  }
+  constexpr int64_t kSteps = 1 << 18;
+  float sink[2] = {};
+  const auto begin = Clock::now();
+  for (auto _ : state) {
+    Pool(threads).ParallelFor(threads, [&](int64_t t, int64_t, int) {
+      sink[t] += AmxFedChains(buffers[2 * t].data(), w_tiles, buffers[2 * t + 1].data(), x_tiles,
+                              kSteps);
+    });
+  }
+  const double seconds = Seconds(begin, Clock::now());
+  benchmark::DoNotOptimize(sink);
+  state.counters["GFLOP/s"] =
+      2.0 * 4 * 16 * 16 * 32 * kSteps * threads * state.iterations() / seconds / 1e9;
+  state.SetLabel("amx-bf16 fed, weight " + std::to_string(w_tiles) + " KiB, x " +
+                 std::to_string(x_tiles) + " KiB, threads=" + std::to_string(threads));
+}
+BENCHMARK(BM_AmxFed)
+    ->ArgsProduct({{16}, {16, 1024}, {1, 2}})
+    ->ArgsProduct({{1024}, {1024}, {1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 void BM_FmaPeak(benchmark::State& state) {
   if (SelectedIsa() == Isa::kScalar) {
