@@ -210,9 +210,8 @@ void BM_Bf16DotPeak(benchmark::State& state) {
 }
 BENCHMARK(BM_Bf16DotPeak)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 
-// The tile GEMM's 2×2 block with nothing loaded in the loop: accumulators tmm0-3, weight tiles
-// tmm4-5, x tiles tmm6-7; each TDPBF16PS is 16 × 16 × 32 multiply-adds (16384 flops).
-float AmxChains(int64_t steps) {
+// All eight tiles 16 rows × 64 bytes, accumulators tmm0-3 zeroed.
+void StartTileBlock() {
   amx::TileConfig config;
   std::memset(&config, 0, sizeof(config));
   config.palette_id = 1;
@@ -221,6 +220,27 @@ float AmxChains(int64_t steps) {
     config.rows[t] = 16;
   }
   amx::TileLoadConfig(config);
+  amx::TileZero<0>();
+  amx::TileZero<1>();
+  amx::TileZero<2>();
+  amx::TileZero<3>();
+}
+
+// Stores the accumulators, releases the tiles and returns a few of the sums (kept live).
+float FinishTileBlock() {
+  alignas(64) float c[4][256];
+  amx::TileStore<0>(c[0], 64);
+  amx::TileStore<1>(c[1], 64);
+  amx::TileStore<2>(c[2], 64);
+  amx::TileStore<3>(c[3], 64);
+  amx::TileRelease();
+  return c[0][0] + c[1][17] + c[2][100] + c[3][255];
+}
+
+// The tile GEMM's 2×2 block with nothing loaded in the loop: accumulators tmm0-3, weight tiles
+// tmm4-5, x tiles tmm6-7; each TDPBF16PS is 16 × 16 × 32 multiply-adds (16384 flops).
+float AmxChains(int64_t steps) {
+  StartTileBlock();
   alignas(64) uint16_t a[512], b[512];
   for (int i = 0; i < 512; ++i) {
     a[i] = 0x3f7f;  // 0.996
@@ -230,23 +250,13 @@ float AmxChains(int64_t steps) {
   amx::TileLoad<5>(a, 64);
   amx::TileLoad<6>(b, 64);
   amx::TileLoad<7>(b, 64);
-  amx::TileZero<0>();
-  amx::TileZero<1>();
-  amx::TileZero<2>();
-  amx::TileZero<3>();
   for (int64_t s = 0; s < steps; ++s) {
     amx::TileDpBf16<0, 4, 6>();
     amx::TileDpBf16<1, 4, 7>();
     amx::TileDpBf16<2, 5, 6>();
     amx::TileDpBf16<3, 5, 7>();
   }
-  alignas(64) float c[4][256];
-  amx::TileStore<0>(c[0], 64);
-  amx::TileStore<1>(c[1], 64);
-  amx::TileStore<2>(c[2], 64);
-  amx::TileStore<3>(c[3], 64);
-  amx::TileRelease();
-  return c[0][0] + c[1][17] + c[2][100] + c[3][255];
+  return FinishTileBlock();
 }
 
 void BM_AmxPeak(benchmark::State& state) {
@@ -266,18 +276,7 @@ BENCHMARK(BM_AmxPeak)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMilliseco
 // room to use a loaded tile for more than two products.
 float AmxFedChains(const uint16_t* w, int64_t w_tiles, const uint16_t* x, int64_t x_tiles,
                    int64_t steps) {
-  amx::TileConfig config;
-  std::memset(&config, 0, sizeof(config));
-  config.palette_id = 1;
-  for (int t = 0; t < amx::kNumTiles; ++t) {
-    config.colsb[t] = 64;
-    config.rows[t] = 16;
-  }
-  amx::TileLoadConfig(config);
-  amx::TileZero<0>();
-  amx::TileZero<1>();
-  amx::TileZero<2>();
-  amx::TileZero<3>();
+  StartTileBlock();
   int64_t wt = 0, xt = 0;
   for (int64_t s = 0; s < steps; ++s) {
     amx::TileLoad<4>(w + wt * 512, 64);
@@ -291,13 +290,7 @@ float AmxFedChains(const uint16_t* w, int64_t w_tiles, const uint16_t* x, int64_
     wt = wt + 2 < w_tiles ? wt + 2 : 0;
     xt = xt + 2 < x_tiles ? xt + 2 : 0;
   }
-  alignas(64) float c[4][256];
-  amx::TileStore<0>(c[0], 64);
-  amx::TileStore<1>(c[1], 64);
-  amx::TileStore<2>(c[2], 64);
-  amx::TileStore<3>(c[3], 64);
-  amx::TileRelease();
-  return c[0][0] + c[1][17] + c[2][100] + c[3][255];
+  return FinishTileBlock();
 }
 
 // Args: weight buffer KiB, x buffer KiB (1 KiB tiles, an even number of each), threads.
