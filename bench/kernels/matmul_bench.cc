@@ -7,6 +7,8 @@
 //   BM_Bf16DotPeak   vdpbf16ps throughput of 12 chains: the roof of the AVX512-BF16 GEMM (kBf16)
 //   BM_AmxPeak       TDPBF16PS throughput with every operand in tile registers: the roof of the
 //                    AMX GEMM (bf16 weights; kHighest issues three per weight tile, kBf16 one)
+//   BM_AmxFed        the same block with its four operand tiles loaded per step from L1 or L2, as
+//                    the tile GEMM loads them: the roof of a 2×2 tile GEMM
 //   BM_Gemv          m = 1 on one 1.1B-shaped weight; GB/s = weight bytes / time
 //   BM_GemvSweep     m = 1..8 over a model's worth (> 1 GiB) of weights, layer after layer as a
 //                    decode step runs them (q/k/v and gate/up as groups), so caches cannot help;
