@@ -266,6 +266,7 @@ void RunDecodeAttention(benchmark::State& state, bool resident) {
   args.cache.block_size = block_size;
   args.cache.head_dim = shape.head_dim;
   args.cache.k_per_token = format.k_per_token;
+  args.cache.code_order = cpu::kKvCodeOrder;
   args.cache.tail_k = tails.data();
   args.cache.tail_v = tails.data();
   args.cache.num_tail_slots = batch;

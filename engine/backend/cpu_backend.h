@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "engine/backend/backend.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -21,8 +22,13 @@ class CpuOps final : public Ops {
   bool SupportsWeightFormat(DType dtype) const override {
     return IsFloatDType(dtype) || IsQuantizedDType(dtype);
   }
-  // Every KV format within the packed layout's rules (CheckKvLayout).
+  // The CPU kernels read low-bit codes in dot-product lanes.
+  KvCodeOrder PackedKvCodeOrder() const override { return cpu::kKvCodeOrder; }
+  // Every KV format within the packed layout's rules (CheckKvLayout), in the lanes order.
   absl::Status CheckKvFormat(const KvFormatSpec& format) const override {
+    if (IsLowBitKvDType(format.dtype) && format.code_order != cpu::kKvCodeOrder) {
+      return UnsupportedKvFormat(format, "cpu");
+    }
     return CheckKvLayout(format);
   }
   void Embedding(const int32_t* token_ids, int32_t num_tokens, const WeightView& table,

@@ -104,6 +104,11 @@ class Ops {
   // matrix in a format its backend does not run (a combination without a kernel never runs).
   virtual bool SupportsWeightFormat(DType dtype) const { return IsFloatDType(dtype); }
 
+  // Where the codes of a low-bit KV cache sit for this backend's kernels
+  // (kernels/common/kv_format.h): part of the pool's format, so pools of different backends are
+  // not byte-compatible for KV transfers.
+  virtual KvCodeOrder PackedKvCodeOrder() const { return KvCodeOrder::kRows; }
+
   // OK when WriteKv and PagedAttention run a cache of `format`; otherwise an error naming the
   // combination (format, granularity, head_dim, block size, GQA group) that has no kernel. The
   // loader calls it before allocating the cache, so such a combination is refused at start.

@@ -14,7 +14,8 @@ namespace loom {
 namespace {
 
 KvPackedLayout Packed(const KvPoolShape& s) {
-  return {TraitsOf(s.dtype).kv_code_bits, s.block_size, s.head_dim, s.k_per_token};
+  return {TraitsOf(s.dtype).kv_code_bits, s.block_size, s.head_dim, s.k_per_token,
+          s.code_order};
 }
 
 }  // namespace
@@ -48,14 +49,14 @@ std::string KvPoolShape::Layout() const {
                               num_kv_heads, "/d", head_dim);
   if (IsLowBitKvDType(dtype)) {
     layout += StrCat("/k:", k_per_token ? "token" : "channel", "/tail:", tail_blocks,
-                     hadamard ? "/hadamard" : "/plain");
+                     hadamard ? "/hadamard" : "/plain", "/codes:", KvCodeOrderName(code_order));
   }
   return layout;
 }
 
 KvFormatSpec KvPoolShape::Format(int32_t num_heads) const {
-  return {dtype, k_per_token, head_dim, block_size, num_heads, num_kv_heads, tail_blocks,
-          hadamard};
+  return {dtype, k_per_token, code_order, head_dim, block_size, num_heads, num_kv_heads,
+          tail_blocks, hadamard};
 }
 
 absl::StatusOr<std::unique_ptr<KvPool>> KvPool::Create(const KvPoolShape& shape,
@@ -127,6 +128,7 @@ PagedKvView KvPool::Layer(int32_t layer) const {
   view.block_size = shape_.block_size;
   view.head_dim = shape_.head_dim;
   view.k_per_token = shape_.k_per_token;
+  view.code_order = shape_.code_order;
   view.hadamard = shape_.hadamard;
   if (IsLowBitKvDType(shape_.dtype)) {
     const int64_t tail_bytes = shape_.TailBytes() / (2 * shape_.num_layers);

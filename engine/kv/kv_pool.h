@@ -43,6 +43,8 @@ struct KvPoolShape {
   int32_t tail_blocks = 1;
   // K and V stored Hadamard-rotated over head_dim (PagedKvView::hadamard).
   bool hadamard = false;
+  // Low-bit formats: where the codes sit (the backend's Ops::PackedKvCodeOrder).
+  KvCodeOrder code_order = KvCodeOrder::kRows;
 
   // Bytes one block takes in one layer, K and V (scales and zeros included).
   int64_t KBlockBytes() const;
@@ -56,7 +58,8 @@ struct KvPoolShape {
   // Everything two pools must share for their blocks and tails to be byte-compatible, as a
   // stable, readable string (KvCapacity::kv_layout): the dtype, block size, layers, KV heads,
   // head_dim and, for low-bit formats, the K grouping, the tail ring and the rotation, e.g.
-  // "int4/bs32/L30/kvh3/d64/k:channel/tail:5/hadamard" or "bf16/bs16/L2/kvh2/d32". The number
+  // "int4/bs32/L30/kvh3/d64/k:channel/tail:5/hadamard/codes:lanes" or "bf16/bs16/L2/kvh2/d32".
+  // The number
   // of blocks and of tail slots is not part of it.
   std::string Layout() const;
   KvFormatSpec Format(int32_t num_heads) const;

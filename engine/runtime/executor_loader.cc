@@ -306,6 +306,7 @@ absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(const Engin
     shape.dtype = IsFloatDType(ex->info_.weight_dtype) ? ex->info_.weight_dtype : DType::kF16;
   }
   shape.k_per_token = config.kv_k_per_token;
+  shape.code_order = ex->backend_->ops().PackedKvCodeOrder();
   // One residual tail per sequence the engine may hold (the scheduler's running set).
   if (IsLowBitKvDType(shape.dtype)) {
     shape.num_tail_slots = config.max_num_seqs;

@@ -31,6 +31,9 @@ struct PagedKvView {
   // Low-bit formats only: K grouped per token instead of per channel, and the residual tails
   // (bf16 [num_tail_slots, num_kv_heads, tail_blocks * block_size, head_dim]).
   bool k_per_token = false;
+  // Low-bit formats: where each code of a head block sits (kernels/common/kv_format.h); the
+  // backend whose kernels read the pool chooses it.
+  KvCodeOrder code_order = KvCodeOrder::kRows;
   void* tail_k = nullptr;
   void* tail_v = nullptr;
   int32_t num_tail_slots = 0;
@@ -42,7 +45,7 @@ struct PagedKvView {
 
   bool low_bit() const { return IsLowBitKvDType(dtype); }
   KvPackedLayout packed() const {
-    return {TraitsOf(dtype).kv_code_bits, block_size, head_dim, k_per_token};
+    return {TraitsOf(dtype).kv_code_bits, block_size, head_dim, k_per_token, code_order};
   }
   // Element formats: elements between consecutive blocks / heads / slots.
   int64_t block_stride() const { return int64_t{num_kv_heads} * block_size * head_dim; }
@@ -72,6 +75,7 @@ struct PagedKvView {
 struct KvFormatSpec {
   DType dtype = DType::kBF16;
   bool k_per_token = false;  // low-bit formats: K grouped per token instead of per channel
+  KvCodeOrder code_order = KvCodeOrder::kRows;  // low-bit formats (kv_format.h)
   int32_t head_dim = 0;
   int32_t block_size = 0;
   int32_t num_heads = 0;

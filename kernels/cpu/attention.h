@@ -12,8 +12,8 @@
 //
 // Sequences with a single query row (decode) go to the decode path instead
 // (kernels/cpu/attention_decode.h), which reads K/V in their stored format without the f32
-// block copy, whenever it serves the shape (head_dim a multiple of 32, at most 512); both kinds
-// of item share one call, one counter and the pool's threads.
+// block copy, whenever it serves the shape (head_dim a multiple of 32, at most 512; low-bit codes
+// in the lanes order); both kinds of item share one call, one counter and the pool's threads.
 #pragma once
 
 #include <cstddef>
@@ -23,6 +23,10 @@
 #include "kernels/cpu/thread_pool.h"
 
 namespace loom::cpu {
+
+// The code order of low-bit KV caches the CPU kernels are built for (kernels/common/kv_format.h):
+// the decode path reads only it; the prefill items read either.
+inline constexpr KvCodeOrder kKvCodeOrder = KvCodeOrder::kLanes;
 
 // Bytes of scratch PagedAttention needs for these arguments on `num_threads` threads. It depends
 // on the batch (query rows and sequence lengths decide the items and split-KV partials): size it

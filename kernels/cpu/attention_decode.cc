@@ -35,10 +35,12 @@ bool DecodePathSupports(const PagedAttentionArgs& args) {
     case DType::kBF16:
     case DType::kF16:
     case DType::kF8E4M3:
+      return true;
     case DType::kKvInt8:
     case DType::kKvInt4:
     case DType::kKvInt2:
-      return true;
+      // The integer kernels read the lanes order in whole 64-byte tiles.
+      return cache.code_order == KvCodeOrder::kLanes && cache.block_size % 16 == 0;
     default:
       return false;
   }
@@ -114,12 +116,12 @@ size_t DecodeScratchFloats(const PagedAttentionArgs& args) {
   // q (scaled), q folded with per-channel K scales (a tile of 4 heads), scores, accumulators,
   // per-head running max / sum / zero term / correction / constant / sum of q, per-block scales
   // and zeros (K per channel: head_dim each; per token: block_size; V: block_size); the integer
-  // path's q scales and offsets (2 x group), weight scales (4), V sums (4 x head_dim int32), q
-  // images (group x (2 head_dim + 128) bytes) and uint8 weights (4 x padded block bytes).
+  // path's q scales and offsets (2 x group), q images (group x 2 head_dim bytes) and rounded
+  // weights (4 x padded block int16).
   const size_t floats = group * head_dim + 4 * head_dim + group * padded_block +
                         group * head_dim + 6 * group + 2 * std::max(head_dim, padded_block) +
-                        2 * padded_block + 2 * group + 4 + 4 * head_dim +
-                        group * (2 * head_dim + 128) / 4 + padded_block;
+                        2 * padded_block + 2 * group + group * 2 * head_dim / 4 +
+                        2 * padded_block;
   return (floats + 15) / 16 * 16;
 }
 

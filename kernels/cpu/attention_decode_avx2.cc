@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cpu/attention_decode.h"
 #include "kernels/cpu/simd_avx2.h"

@@ -22,24 +22,6 @@ inline Vec LoadBf16(const uint16_t* p) {
 inline Vec LoadF16(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
-// KV-cache code loaders (kernels/common/kv_format.h), kLanes elements as f32.
-// Bytes p[0..8) as unsigned integers.
-inline Vec LoadU8(const uint8_t* p) {
-  return _mm256_cvtepi32_ps(
-      _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-}
-// (p[i] >> shift) & 15 for i in [0, 8): one half (shift 0 or 4) of 8 int4 bytes.
-inline Vec LoadU4(const uint8_t* p, int shift) {
-  const __m256i bytes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_cvtepi32_ps(_mm256_and_si256(
-      _mm256_srlv_epi32(bytes, _mm256_set1_epi32(shift)), _mm256_set1_epi32(15)));
-}
-// (p[i] >> shift) & 3 for i in [0, 8): one of the four 2-bit planes of 8 int2 bytes.
-inline Vec LoadU2(const uint8_t* p, int shift) {
-  const __m256i bytes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_cvtepi32_ps(_mm256_and_si256(
-      _mm256_srlv_epi32(bytes, _mm256_set1_epi32(shift)), _mm256_set1_epi32(3)));
-}
 // OCP FP8 E4M3 bytes p[0..8) as f32, exact: the 7 magnitude bits placed under the f32 exponent
 // field and scaled by 2^120 (which also makes the subnormals exact); 0x7f/0xff give NaN.
 inline Vec LoadFp8(const uint8_t* p) {
@@ -56,6 +38,28 @@ inline Vec Sub(Vec a, Vec b) { return _mm256_sub_ps(a, b); }
 inline Vec Mul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
 inline Vec Max(Vec a, Vec b) { return _mm256_max_ps(a, b); }
 inline Vec Fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }  // a * b + c
+inline Vec Abs(Vec v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
+inline Vec Fnma(Vec a, Vec b, Vec c) { return _mm256_fnmadd_ps(a, b, c); }  // c - a * b
+// Rounds x to the nearest integers, stores them saturated at dst (8 int8 / uint8 / int16) and
+// returns the rounded values (not saturated) as f32.
+inline Vec RoundToInt8(Vec x, uint8_t* dst) {
+  const __m256i i = _mm256_cvtps_epi32(x);
+  const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(dst), _mm_packs_epi16(w, w));
+  return _mm256_cvtepi32_ps(i);
+}
+inline Vec RoundToUint8(Vec x, uint8_t* dst) {
+  const __m256i i = _mm256_cvtps_epi32(x);
+  const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(dst), _mm_packus_epi16(w, w));
+  return _mm256_cvtepi32_ps(i);
+}
+inline Vec RoundToInt16(Vec x, uint8_t* dst) {
+  const __m256i i = _mm256_cvtps_epi32(x);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst),
+                   _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1)));
+  return _mm256_cvtepi32_ps(i);
+}
 inline float ReduceAdd(Vec v) {
   __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));

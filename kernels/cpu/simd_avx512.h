@@ -23,29 +23,6 @@ inline Vec LoadBf16(const uint16_t* p) {
 inline Vec LoadF16(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
-// KV-cache code loaders (kernels/common/kv_format.h), kLanes elements as f32.
-// Bytes p[0..16) as unsigned integers.
-inline Vec LoadU8(const uint8_t* p) {
-  return _mm512_cvtepi32_ps(
-      _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-}
-// (p[i] >> shift) & 15 for i in [0, 16): one half (shift 0 or 4) of 16 int4 bytes.
-inline Vec LoadU4(const uint8_t* p, int shift) {
-  const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm512_cvtepi32_ps(_mm512_and_si512(
-      _mm512_srlv_epi32(bytes, _mm512_set1_epi32(shift)), _mm512_set1_epi32(15)));
-}
-// Two 2-bit planes of 8 int2 bytes: lanes [0, 8) are (p[i] >> shift) & 3, lanes [8, 16) are
-// (p[i - 8] >> (shift + 2)) & 3 (shift 0 or 4).
-inline Vec LoadU2(const uint8_t* p, int shift) {
-  const __m128i half = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-  const __m512i bytes = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(half, half));
-  const __m512i shifts = _mm512_add_epi32(
-      _mm512_set1_epi32(shift),
-      _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0));
-  return _mm512_cvtepi32_ps(
-      _mm512_and_si512(_mm512_srlv_epi32(bytes, shifts), _mm512_set1_epi32(3)));
-}
 // OCP FP8 E4M3 bytes p[0..16) as f32, exact (the method of simd_avx2::LoadFp8).
 inline Vec LoadFp8(const uint8_t* p) {
   const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -63,6 +40,27 @@ inline Vec Sub(Vec a, Vec b) { return _mm512_sub_ps(a, b); }
 inline Vec Mul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
 inline Vec Max(Vec a, Vec b) { return _mm512_max_ps(a, b); }
 inline Vec Fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }  // a * b + c
+inline Vec Abs(Vec v) { return _mm512_abs_ps(v); }
+inline Vec Fnma(Vec a, Vec b, Vec c) { return _mm512_fnmadd_ps(a, b, c); }  // c - a * b
+// Rounds x to the nearest integers, stores them saturated at dst (16 int8 / uint8 / int16) and
+// returns the rounded values (not saturated) as f32.
+inline Vec RoundToInt8(Vec x, uint8_t* dst) {
+  const __m512i i = _mm512_cvtps_epi32(x);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm512_cvtsepi32_epi8(i));
+  return _mm512_cvtepi32_ps(i);
+}
+inline Vec RoundToUint8(Vec x, uint8_t* dst) {
+  const __m512i i = _mm512_cvtps_epi32(x);
+  // Non-negative inputs: unsigned saturation of the signed values.
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst),
+                   _mm512_cvtusepi32_epi8(_mm512_max_epi32(i, _mm512_setzero_si512())));
+  return _mm512_cvtepi32_ps(i);
+}
+inline Vec RoundToInt16(Vec x, uint8_t* dst) {
+  const __m512i i = _mm512_cvtps_epi32(x);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm512_cvtsepi32_epi16(i));
+  return _mm512_cvtepi32_ps(i);
+}
 inline float ReduceAdd(Vec v) { return _mm512_reduce_add_ps(v); }
 inline float ReduceMax(Vec v) { return _mm512_reduce_max_ps(v); }
 // v where base + lane lies in [lo, hi], else `outside`.

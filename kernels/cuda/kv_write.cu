@@ -289,7 +289,7 @@ bool WriteKvLowBitSupports(const PagedKvView& cache) {
   const int32_t bs = cache.block_size, hd = cache.head_dim;
   return IsLowBitKvDType(cache.dtype) && hd >= kKvPackChunk && hd <= kMaxPackParams &&
          hd % kKvPackChunk == 0 && (bs == 16 || bs == 32 || bs == 64 || bs == 128) &&
-         cache.num_kv_heads >= 1;
+         cache.num_kv_heads >= 1 && cache.code_order == KvCodeOrder::kRows;
 }
 
 cudaError_t WriteKv(const KvWriteArgs& args, cudaStream_t stream) {

@@ -192,7 +192,8 @@ __global__ void __launch_bounds__(kThreads)
 bool PagedAttentionSupports(const PagedKvView& cache) {
   if (cache.head_dim < 1 || cache.head_dim > kMaxHeadDim || cache.block_size < 1) return false;
   if (IsFloatDType(cache.dtype) || cache.dtype == DType::kF8E4M3) return true;
-  return cache.low_bit() && cache.head_dim % kKvPackChunk == 0;
+  return cache.low_bit() && cache.head_dim % kKvPackChunk == 0 &&
+         cache.code_order == KvCodeOrder::kRows;
 }
 
 cudaError_t PagedAttention(const PagedAttentionArgs& args, int32_t num_tokens,

@@ -38,7 +38,7 @@ void PackHeadBlock(const float* rows, int64_t row_stride, const KvPackedLayout& 
       const int32_t code = KvQuantizeValue(value(g, i), params, layout.max_code());
       const int32_t slot = per_token ? g : i;
       const int32_t d = per_token ? i : g;
-      KvSetCode(dst + slot * layout.row_bytes(), layout.bits, d, code);
+      KvSetCode(dst, layout, is_v, slot, d, code);
     }
   }
 }
@@ -49,7 +49,7 @@ float UnpackHeadBlockElement(const uint8_t* head_block, const KvPackedLayout& la
   const int32_t num_params = is_v ? layout.v_num_params() : layout.k_num_params();
   const uint16_t* scales = Scales(head_block, layout);
   const int32_t g = per_token ? slot : d;
-  const int32_t code = KvGetCode(head_block + slot * layout.row_bytes(), layout.bits, d);
+  const int32_t code = KvGetCode(head_block, layout, is_v, slot, d);
   return KvDequantizeValue(code, {scales[g], scales[num_params + g]});
 }
 

@@ -258,9 +258,11 @@ TEST(KvTransferTest, TheLayoutNamesEverythingBothEndsMustShare) {
       {Config(DType::kBF16), "bf16/bs16/L2/kvh2/d32"},
       {big_blocks, "bf16/bs32/L2/kvh2/d32"},
       {Config(DType::kF8E4M3), "fp8-e4m3/bs16/L2/kvh2/d32"},
-      {Config(DType::kKvInt4), "int4/bs16/L2/kvh2/d32/k:channel/tail:1/hadamard"},
-      {Config(DType::kKvInt4, true, 0, false), "int4/bs16/L2/kvh2/d32/k:token/tail:1/plain"},
-      {Config(DType::kKvInt2, false, 17), "int2/bs16/L2/kvh2/d32/k:channel/tail:3/hadamard"},
+      {Config(DType::kKvInt4), "int4/bs16/L2/kvh2/d32/k:channel/tail:1/hadamard/codes:lanes"},
+      {Config(DType::kKvInt4, true, 0, false),
+       "int4/bs16/L2/kvh2/d32/k:token/tail:1/plain/codes:lanes"},
+      {Config(DType::kKvInt2, false, 17),
+       "int2/bs16/L2/kvh2/d32/k:channel/tail:3/hadamard/codes:lanes"},
   };
   for (const Case& c : cases) {
     auto executor = MakeExecutor(c.config);
@@ -273,7 +275,8 @@ TEST(KvTransferTest, TheLayoutNamesEverythingBothEndsMustShare) {
   other.max_num_seqs = 3;
   auto executor = MakeExecutor(other);
   ASSERT_NE(executor, nullptr);
-  EXPECT_EQ(executor->capacity().kv_layout, "int4/bs16/L2/kvh2/d32/k:channel/tail:1/hadamard");
+  EXPECT_EQ(executor->capacity().kv_layout,
+            "int4/bs16/L2/kvh2/d32/k:channel/tail:1/hadamard/codes:lanes");
 }
 
 TEST(KvTransferTest, ATransfersOnlyPlanRunsCopiesThenImportsThenExports) {
@@ -378,9 +381,13 @@ TEST_F(KvTransferRefusalTest, AnotherLayout) {
   ExpectRefused(plan, "has KV layout \"int8/bs16");
   // The same bytes under a mislabelled layout are refused too.
   auto relabelled = std::make_shared<KvBlob>(*blob_);
-  relabelled->layout = "int4/bs16/L2/kvh2/d32/k:channel/tail:1/plain";
+  relabelled->layout = "int4/bs16/L2/kvh2/d32/k:channel/tail:1/plain/codes:lanes";
   plan.kv_imports = {{Blocks({8, 9}), relabelled}};
-  ExpectRefused(plan, "this engine's is \"int4/bs16/L2/kvh2/d32/k:channel/tail:1/hadamard\"");
+  ExpectRefused(plan,
+                "this engine's is \"int4/bs16/L2/kvh2/d32/k:channel/tail:1/hadamard/codes:lanes\"");
+  // So are codes in another backend's order (a CUDA instance's rows).
+  relabelled->layout = "int4/bs16/L2/kvh2/d32/k:channel/tail:1/hadamard/codes:rows";
+  ExpectRefused(plan, "has KV layout \"int4/bs16/L2/kvh2/d32/k:channel/tail:1/hadamard/codes:rows");
 }
 
 TEST_F(KvTransferRefusalTest, WrongBlockCountOrBytes) {

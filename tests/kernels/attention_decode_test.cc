@@ -85,6 +85,7 @@ TestCache BuildCache(const Param& p, std::mt19937& rng) {
   view.block_size = c.block_size;
   view.head_dim = c.head_dim;
   view.k_per_token = p.k_per_token;
+  view.code_order = cpu::kKvCodeOrder;
   if (view.low_bit()) {
     const KvPackedLayout layout = view.packed();
     t.k.assign(size_t(total_blocks) * c.num_kv_heads * layout.k_head_bytes(), 0);
@@ -323,6 +324,7 @@ TEST(DecodePlanTest, SplitsLongSequencesAcrossThreads) {
   PagedAttentionArgs args;
   args.num_heads = 4;
   args.cache.dtype = DType::kKvInt4;
+  args.cache.code_order = cpu::kKvCodeOrder;
   args.cache.num_kv_heads = 2;
   args.cache.block_size = 32;
   args.cache.head_dim = 64;
@@ -374,6 +376,13 @@ TEST(DecodePlanTest, EligibilityFollowsShapeAndRows) {
   EXPECT_TRUE(cpu::DecodePathSupports(args));
   EXPECT_TRUE(cpu::IsDecodeSequence(args, 0));
   EXPECT_FALSE(cpu::IsDecodeSequence(args, 1));
+  // Low-bit codes: only in the order the integer kernels read (the item kernel reads any).
+  args.cache.dtype = DType::kKvInt4;
+  args.cache.head_dim = 64;
+  args.cache.code_order = KvCodeOrder::kRows;
+  EXPECT_FALSE(cpu::DecodePathSupports(args));
+  args.cache.code_order = KvCodeOrder::kLanes;
+  EXPECT_TRUE(cpu::DecodePathSupports(args));
 }
 
 }  // namespace

@@ -27,8 +27,9 @@ TEST(KvFormatTest, TraitsDescribeTheFormats) {
   EXPECT_TRUE(IsKvCacheDType(DType::kF8E4M3));
   EXPECT_FALSE(IsKvCacheDType(DType::kQ4_0));  // a weight format, not a cache format
   EXPECT_FALSE(IsFloatDType(DType::kF8E4M3));  // weights are never fp8 here
-  const KvPackedLayout layout{4, 32, 64, false};
+  const KvPackedLayout layout{4, 32, 64, false, KvCodeOrder::kLanes};
   EXPECT_EQ(layout.row_bytes(), 32);
+  EXPECT_EQ(layout.codes_bytes(), 32 * 32);
   EXPECT_EQ(layout.k_head_bytes(), 32 * 32 + 4 * 64);
   EXPECT_EQ(layout.v_head_bytes(), 32 * 32 + 4 * 32);
 }
@@ -63,23 +64,66 @@ TEST(KvFormatTest, HadamardRotationMatchesTheDefinitionAndIsItsOwnInverse) {
   for (float v : spike) EXPECT_FLOAT_EQ(std::fabs(v), 1.0f);
 }
 
-TEST(KvFormatTest, CodesPackInChunksOf32) {
-  for (int32_t bits : {8, 4, 2}) {
-    std::vector<uint8_t> row(64 * bits / 8, 0);
-    std::vector<int32_t> codes(64);
-    for (int32_t i = 0; i < 64; ++i) {
-      codes[i] = (i * 7 + 3) & ((1 << bits) - 1);
-      KvSetCode(row.data(), bits, i, codes[i]);
+TEST(KvFormatTest, EveryCodeHasItsOwnPlaceInBothOrders) {
+  for (KvCodeOrder order : {KvCodeOrder::kRows, KvCodeOrder::kLanes}) {
+    for (int32_t bits : {8, 4, 2}) {
+      for (int32_t block_size : {16, 32, 64}) {
+        for (int32_t head_dim : {32, 64, 128}) {
+          for (bool is_v : {false, true}) {
+            const KvPackedLayout layout{bits, block_size, head_dim, false, order};
+            std::vector<uint8_t> codes(layout.codes_bytes(), 0);
+            auto code_of = [&](int32_t slot, int32_t i) {
+              return (slot * 131 + i * 7 + 3) & layout.max_code();
+            };
+            for (int32_t slot = 0; slot < block_size; ++slot) {
+              for (int32_t i = 0; i < head_dim; ++i) {
+                const KvCodePlace place = KvCodePlaceOf(layout, is_v, slot, i);
+                ASSERT_GE(place.byte, 0);
+                ASSERT_LT(place.byte, layout.codes_bytes());
+                KvSetCode(codes.data(), layout, is_v, slot, i, code_of(slot, i));
+              }
+            }
+            // Nothing overwrote anything: every code reads back.
+            for (int32_t slot = 0; slot < block_size; ++slot) {
+              for (int32_t i = 0; i < head_dim; ++i) {
+                ASSERT_EQ(KvGetCode(codes.data(), layout, is_v, slot, i), code_of(slot, i))
+                    << KvCodeOrderName(order) << " bits " << bits << " slot " << slot << " i " << i;
+              }
+            }
+          }
+        }
+      }
     }
-    for (int32_t i = 0; i < 64; ++i) EXPECT_EQ(KvGetCode(row.data(), bits, i), codes[i]);
   }
-  // The documented places: int4 elements j and j + 16 share byte j; int2 j, j+8, j+16, j+24.
-  EXPECT_EQ(KvCodePlaceOf(4, 17).byte, 1);
-  EXPECT_EQ(KvCodePlaceOf(4, 17).shift, 4);
-  EXPECT_EQ(KvCodePlaceOf(4, 33).byte, 17);
-  EXPECT_EQ(KvCodePlaceOf(2, 25).byte, 1);
-  EXPECT_EQ(KvCodePlaceOf(2, 25).shift, 6);
-  EXPECT_EQ(KvCodePlaceOf(2, 40).byte, 8);
+}
+
+TEST(KvFormatTest, CodesSitWhereTheFileCommentSays) {
+  // kRows: int4 elements j and j + 16 share byte j; int2 j, j+8, j+16, j+24.
+  const KvPackedLayout rows4{4, 16, 64, false, KvCodeOrder::kRows};
+  const KvPackedLayout rows2{2, 16, 64, false, KvCodeOrder::kRows};
+  EXPECT_EQ(KvCodePlaceOf(rows4, false, 0, 17).byte, 1);
+  EXPECT_EQ(KvCodePlaceOf(rows4, false, 0, 17).shift, 4);
+  EXPECT_EQ(KvCodePlaceOf(rows4, false, 0, 33).byte, 17);
+  EXPECT_EQ(KvCodePlaceOf(rows4, false, 2, 33).byte, 2 * 32 + 17);
+  EXPECT_EQ(KvCodePlaceOf(rows2, true, 0, 25).byte, 1);
+  EXPECT_EQ(KvCodePlaceOf(rows2, true, 0, 25).shift, 6);
+  EXPECT_EQ(KvCodePlaceOf(rows2, true, 0, 40).byte, 8);
+  // kLanes, K (int4, head_dim 64: 8 tiles of 8 channels per key tile): key 16 kt + l in lane l,
+  // channels 8 g + 4 t + j in byte j of plane t of tile (kt, g).
+  const KvPackedLayout lanes4{4, 32, 64, false, KvCodeOrder::kLanes};
+  const KvCodePlace k = KvCodePlaceOf(lanes4, false, /*slot=*/16 + 5, /*i=*/8 * 3 + 4 + 2);
+  EXPECT_EQ(k.byte, (1 * 8 + 3) * 64 + 5 * 4 + 2);
+  EXPECT_EQ(k.shift, 4);
+  // kLanes, V (int2, block 32: 2 tiles of 16 keys per 16-channel tile): channel 16 c + l in lane
+  // l, keys 16 kg + 4 t + j in byte j of plane t of tile (c, kg).
+  const KvPackedLayout lanes2{2, 32, 64, false, KvCodeOrder::kLanes};
+  const KvCodePlace v = KvCodePlaceOf(lanes2, true, /*slot=*/16 + 4 * 3 + 1, /*i=*/16 * 2 + 9);
+  EXPECT_EQ(v.byte, (2 * 2 + 1) * 64 + 9 * 4 + 1);
+  EXPECT_EQ(v.shift, 6);
+  // int8: one plane; K byte j of lane l is channel 4 g + j of key l.
+  const KvPackedLayout lanes8{8, 16, 32, false, KvCodeOrder::kLanes};
+  EXPECT_EQ(KvCodePlaceOf(lanes8, false, 7, 13).byte, 3 * 64 + 7 * 4 + 1);
+  EXPECT_EQ(KvCodePlaceOf(lanes8, true, 13, 7).byte, 3 * 64 + 7 * 4 + 1);
 }
 
 TEST(KvFormatTest, QuantizerCoversTheGroupRange) {
@@ -158,6 +202,7 @@ OneSequence WriteSequence(DType dtype, bool per_token, int32_t tail_blocks, int3
   view.block_size = bs;
   view.head_dim = head_dim;
   view.k_per_token = per_token;
+  view.code_order = cpu::kKvCodeOrder;
   view.tail_blocks = tail_blocks;
   view.num_tail_slots = 2;
   if (view.low_bit()) {

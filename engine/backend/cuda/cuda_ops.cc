@@ -131,6 +131,7 @@ absl::Status CudaOps::CheckKvFormat(const KvFormatSpec& format) const {
   cache.block_size = format.block_size;
   cache.head_dim = format.head_dim;
   cache.k_per_token = format.k_per_token;
+  cache.code_order = format.code_order;
   const bool heads_ok = format.num_kv_heads >= 1 && format.num_heads >= 1 &&
                         format.num_heads % format.num_kv_heads == 0;
   const bool write_ok = !cache.low_bit() || cuda::WriteKvLowBitSupports(cache);
