@@ -34,7 +34,8 @@ enum class DType : uint8_t {
   kQ6_K,
   // KV-cache storage formats (kernels/common/kv_format.h). kF8E4M3 is an element type (OCP FP8
   // E4M3, saturating at +-448). The kKvInt* formats are asymmetric min/max integer codes packed
-  // in chunks of 32 elements of a cache row, with f16 scales and zeros beside the codes.
+  // in a backend's code order (token rows or dot-product lanes), with f16 scales and zeros
+  // beside the codes.
   kF8E4M3,
   kKvInt8,
   kKvInt4,

@@ -114,14 +114,15 @@ size_t DecodeScratchFloats(const PagedAttentionArgs& args) {
   const size_t head_dim = args.cache.head_dim;
   const size_t padded_block = (args.cache.block_size + 15) / 16 * 16;
   // q (scaled), q folded with per-channel K scales (a tile of 4 heads), scores, accumulators,
-  // per-head running max / sum / zero term / correction / constant / sum of q, per-block scales
+  // per-head running max / sum / zero term / correction / sum of q, per-block scales
   // and zeros (K per channel: head_dim each; per token: block_size; V: block_size); the integer
-  // path's q scales and offsets (2 x group), q images (group x 2 head_dim bytes) and rounded
-  // weights (4 x padded block int16).
+  // path's q scales and offsets (2 x group), q images (group x 2 head_dim bytes), rounded weights
+  // (group x padded block int16), the running sums and zero terms as vectors (2 x group x 16),
+  // and the weights' scales and block maxima (2 x group).
   const size_t floats = group * head_dim + 4 * head_dim + group * padded_block +
-                        group * head_dim + 6 * group + 2 * std::max(head_dim, padded_block) +
+                        group * head_dim + 5 * group + 2 * std::max(head_dim, padded_block) +
                         2 * padded_block + 2 * group + group * 2 * head_dim / 4 +
-                        2 * padded_block;
+                        group * padded_block / 2 + 2 * group * 16 + 2 * group;
   return (floats + 15) / 16 * 16;
 }
 

@@ -11,11 +11,10 @@
 //   low-bit V (per token):   out_h += (p_hk b_k) c_k, plus (sum_k p_hk y_k) added to every element
 // (c codes, a/b scales, z/y zeros), with the online softmax across blocks. Element formats and
 // tail rows are converted to f32 once per vector chunk and shared by the group's heads. Packed
-// blocks take integer dot products (attention_decode_int.inc) when the block size is a multiple
-// of 8 and a row a multiple of 16 bytes: q rounded to int8 (int4/int2 codes) or int16 (int8
-// codes) once per block (K per channel) or item (per token), and for int4/int2 the block's
-// weights p_hk b_k rounded to uint8 for V; the rounding errors are centred on the middle code.
-// Every other packed shape uses the f32 loop.
+// blocks (codes in the lanes order, kernels/common/kv_format.h) take integer dot products
+// (attention_decode_int.inc): q rounded to int8 (int4/int2 codes) or int16 (int8 codes) once per
+// block (K per channel) or item (per token), the block's weights p_hk b_k rounded to uint8
+// (int16 for int8 codes) for V; the rounding errors are centred on the middle code.
 //
 // Work split: items of (sequence, KV head, range of keys). With several threads and too few
 // (sequence, KV head) pairs to keep them busy, a sequence's keys are cut into block-aligned
@@ -32,7 +31,7 @@
 namespace loom::cpu {
 
 // True when the decode path serves this cache shape and format (head_dim a multiple of 32 and at
-// most 512; any KV cache format).
+// most 512; any KV cache format, low-bit codes in the lanes order).
 bool DecodePathSupports(const PagedAttentionArgs& args);
 
 // True when sequence `seq` runs on the decode path: one query row and a non-empty context.

@@ -41,7 +41,7 @@ inline Vec Fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }  // a *
 inline Vec Abs(Vec v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
 inline Vec Fnma(Vec a, Vec b, Vec c) { return _mm256_fnmadd_ps(a, b, c); }  // c - a * b
 // Rounds x to the nearest integers, stores them saturated at dst (8 int8 / uint8 / int16) and
-// returns the rounded values (not saturated) as f32.
+// returns the rounded values (not saturated) as f32. RoundToUint8: x >= 0.
 inline Vec RoundToInt8(Vec x, uint8_t* dst) {
   const __m256i i = _mm256_cvtps_epi32(x);
   const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
@@ -108,6 +108,26 @@ inline Vec Exp(Vec x) {
   result = _mm256_blendv_ps(result, Zero(), _mm256_cmp_ps(x, min_x, _CMP_LT_OQ));
   result = _mm256_blendv_ps(result, Set1(__builtin_inff()), _mm256_cmp_ps(x, max_x, _CMP_GT_OQ));
   return _mm256_blendv_ps(result, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+// e^x for x <= 0 (-inf gives 0, NaN stays NaN), relative error below 3e-6: a degree-5 polynomial
+// after one-constant range reduction, for softmax weights that are rounded to integers after.
+inline Vec ExpNonPositive(Vec x) {
+  const Vec xc = _mm256_max_ps(Set1(-87.0f), x);  // NaN: the second operand, x
+  const Vec n = _mm256_round_ps(Mul(xc, Set1(1.44269504088896341f)),
+                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const Vec r = Fma(n, Set1(-0.693147180559945309f), xc);
+  Vec p = Fma(Set1(1.0f / 120), r, Set1(1.0f / 24));
+  p = Fma(p, r, Set1(1.0f / 6));
+  p = Fma(p, r, Set1(0.5f));
+  p = Fma(p, r, Set1(1.0f));
+  p = Fma(p, r, Set1(1.0f));
+  // 2^n (n in [-126, 0]) through the exponent field. Below -87 (-inf included) the result is 0;
+  // NaN passes.
+  const __m256i e =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const Vec keep = _mm256_cmp_ps(x, Set1(-87.0f), _CMP_NLT_UQ);
+  return _mm256_and_ps(Mul(p, _mm256_castsi256_ps(e)), keep);
 }
 
 }  // namespace loom::cpu::simd_avx2

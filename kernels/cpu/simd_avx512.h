@@ -43,7 +43,7 @@ inline Vec Fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }  // a *
 inline Vec Abs(Vec v) { return _mm512_abs_ps(v); }
 inline Vec Fnma(Vec a, Vec b, Vec c) { return _mm512_fnmadd_ps(a, b, c); }  // c - a * b
 // Rounds x to the nearest integers, stores them saturated at dst (16 int8 / uint8 / int16) and
-// returns the rounded values (not saturated) as f32.
+// returns the rounded values (not saturated) as f32. RoundToUint8: x >= 0.
 inline Vec RoundToInt8(Vec x, uint8_t* dst) {
   const __m512i i = _mm512_cvtps_epi32(x);
   _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm512_cvtsepi32_epi8(i));
@@ -51,9 +51,7 @@ inline Vec RoundToInt8(Vec x, uint8_t* dst) {
 }
 inline Vec RoundToUint8(Vec x, uint8_t* dst) {
   const __m512i i = _mm512_cvtps_epi32(x);
-  // Non-negative inputs: unsigned saturation of the signed values.
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst),
-                   _mm512_cvtusepi32_epi8(_mm512_max_epi32(i, _mm512_setzero_si512())));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm512_cvtusepi32_epi8(i));
   return _mm512_cvtepi32_ps(i);
 }
 inline Vec RoundToInt16(Vec x, uint8_t* dst) {
@@ -94,6 +92,22 @@ inline Vec Exp(Vec x) {
   result = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, max_x, _CMP_GT_OQ), result,
                                 Set1(__builtin_inff()));
   return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), result, x);
+}
+
+// e^x for x <= 0 (-inf gives 0, NaN stays NaN), relative error below 3e-6: a degree-5 polynomial
+// after one-constant range reduction, for softmax weights that are rounded to integers after.
+inline Vec ExpNonPositive(Vec x) {
+  const Vec xc = _mm512_max_ps(Set1(-87.0f), x);  // NaN: the second operand, x
+  const Vec n = _mm512_roundscale_ps(Mul(xc, Set1(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const Vec r = Fma(n, Set1(-0.693147180559945309f), xc);
+  Vec p = Fma(Set1(1.0f / 120), r, Set1(1.0f / 24));
+  p = Fma(p, r, Set1(1.0f / 6));
+  p = Fma(p, r, Set1(0.5f));
+  p = Fma(p, r, Set1(1.0f));
+  p = Fma(p, r, Set1(1.0f));
+  // Below -87 (-inf included) the result is 0; NaN passes.
+  return _mm512_maskz_scalef_ps(_mm512_cmp_ps_mask(x, Set1(-87.0f), _CMP_NLT_UQ), p, n);
 }
 
 }  // namespace loom::cpu::simd_avx512

@@ -82,7 +82,9 @@ TEST(KvLowBitTest, EveryFormatRunsNearTheBf16Cache) {
   // positions; only the cache differs. Bounds: the largest logit difference from bf16's over
   // 24 positions (this random-weight model's logits span tens of units; bf16 and f16 caches
   // already differ by ~0.05), set above what each format measured; the model-level accuracy
-  // gates are tests/golden/kv_accuracy_test.cc.
+  // gates are tests/golden/kv_accuracy_test.cc. The comparisons between formats use the mean
+  // absolute difference over every logit of the 24 positions: the maximum is one logit's, and
+  // moves by a few percent with any change in how the kernels round.
   const std::vector<std::vector<float>> want = DecodeLogits(Config(DType::kBF16), 24);
   ASSERT_EQ(want.size(), 24u);
   struct Case {
@@ -98,22 +100,32 @@ TEST(KvLowBitTest, EveryFormatRunsNearTheBf16Cache) {
       {DType::kKvInt4, false, 32, 1.5f}, {DType::kKvInt2, false, 0, 20.0f},
       {DType::kKvInt2, true, 0, 20.0f},  {DType::kKvInt2, false, 32, 10.0f},
   };
-  float int8_err = 0, int2_err = 0, int4_err = 0, int4_window_err = 0;
+  double int8_err = 0, int2_err = 0, int4_err = 0, int4_window_err = 0;
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(DTypeName(c.dtype)) + (c.per_token ? " per token" : " per channel") +
                  " residual " + std::to_string(c.residual));
     const auto got = DecodeLogits(Config(c.dtype, c.per_token, c.residual), 24);
     ASSERT_EQ(got.size(), want.size());
     float err = 0;
-    for (size_t i = 0; i < got.size(); ++i) err = std::max(err, MaxAbsDiff(got[i], want[i]));
+    double mean = 0;
+    size_t count = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      err = std::max(err, MaxAbsDiff(got[i], want[i]));
+      for (size_t j = 0; j < got[i].size(); ++j) mean += std::fabs(got[i][j] - want[i][j]);
+      count += got[i].size();
+    }
+    mean /= static_cast<double>(count);
     EXPECT_LE(err, c.bound);
     EXPECT_GT(err, 0.0f) << "the format changed nothing: is it stored at all?";
-    if (c.dtype == DType::kKvInt8 && !c.per_token) int8_err = err;
-    if (c.dtype == DType::kKvInt2 && !c.per_token && c.residual == 0) int2_err = err;
-    if (c.dtype == DType::kKvInt4 && !c.per_token) (c.residual > 0 ? int4_window_err : int4_err) = err;
+    if (c.dtype == DType::kKvInt8 && !c.per_token) int8_err = mean;
+    if (c.dtype == DType::kKvInt2 && !c.per_token && c.residual == 0) int2_err = mean;
+    if (c.dtype == DType::kKvInt4 && !c.per_token) {
+      (c.residual > 0 ? int4_window_err : int4_err) = mean;
+    }
   }
+  // Measured means: int8 0.016, int2 0.82; int4 0.18, with a 32-token window 0.068.
   EXPECT_LT(int8_err * 4, int2_err) << "fewer bits must cost accuracy";
-  EXPECT_LT(int4_window_err * 1.5f, int4_err) << "the bf16 window must help";
+  EXPECT_LT(int4_window_err * 1.5, int4_err) << "the bf16 window must help";
 }
 
 TEST(KvLowBitTest, TheResidualWindowKeepsTheNewestTokensInBf16) {

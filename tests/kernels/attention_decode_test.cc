@@ -40,6 +40,9 @@ struct Param {
   DType dtype;
   bool k_per_token;
   int threads;
+  // Low-bit formats: the code order of the cache. The decode path reads the CPU's; a cache in
+  // another order (a CUDA pool's rows) falls back to the item kernel, which reads any.
+  KvCodeOrder order = cpu::kKvCodeOrder;
 };
 
 std::vector<float> RandomFloats(size_t n, std::mt19937& rng) {
@@ -85,7 +88,7 @@ TestCache BuildCache(const Param& p, std::mt19937& rng) {
   view.block_size = c.block_size;
   view.head_dim = c.head_dim;
   view.k_per_token = p.k_per_token;
-  view.code_order = cpu::kKvCodeOrder;
+  view.code_order = p.order;
   if (view.low_bit()) {
     const KvPackedLayout layout = view.packed();
     t.k.assign(size_t(total_blocks) * c.num_kv_heads * layout.k_head_bytes(), 0);
@@ -213,14 +216,15 @@ TEST_P(DecodeAttentionTest, MatchesReference) {
   }
   // Tolerance. Element formats: f32 rounding. Low-bit formats: the integer path
   // (kernels/cpu/attention_decode_int.inc) rounds q (int8 for int4/int2, int16 for int8) and
-  // the int4/int2 V weights (uint8) per block. Measured over these cases, at every ISA level, its
-  // largest difference from the reference is 0.12 of the format's own error (int2, head_dim 64,
-  // window 40; int8: under 0.004), so the bound is a quarter of that error (never below f32
-  // rounding): twice the measured worst case, and far below what a wrong code order or scale
-  // gives (errors of the order of the outputs themselves).
+  // the V weights (uint8 for int4/int2, int16 for int8) per block. Measured over these cases, at
+  // every ISA level, its largest difference from the reference is 0.12 of the format's own error
+  // (int4, K per token, head_dim 128, group 8; int8: 0.033, int2: 0.028), so the bound is a
+  // quarter of that error (never below f32 rounding): twice the measured worst case, and far
+  // below what a wrong code order or scale gives (errors of the order of the outputs).
   const float tolerance = std::max(2e-5f, 0.25f * format_error);
 
-  ASSERT_TRUE(cpu::DecodePathSupports(args));
+  const bool decode_path = !IsLowBitKvDType(p.dtype) || p.order == cpu::kKvCodeOrder;
+  ASSERT_EQ(cpu::DecodePathSupports(args), decode_path);
   cpu::ThreadPool pool(p.threads);
   int levels = 0;
   for (cpu::Isa isa : {cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
@@ -252,12 +256,12 @@ const DecodeCase kCases[] = {
     {6, 2, 64, 32, 7, Tails::kAll, {50, 2500}, {}},
     // Decode and prefill rows in one batch: only the single-row sequences take the decode path.
     {6, 2, 64, 16, 0, Tails::kAll, {40, 20, 33, 17}, {1, 5, 1, 17}},
-    // Row sizes the integer path splits unevenly: int4 head_dim 96 and int2 head_dim 192 are
-    // three 16-byte pieces (the last register half empty); int2 head_dim 96 stays on f32.
+    // Head dims of 6 and 12 units of 16 channels: the V step's runs of units are not all full
+    // (4 + 2; 4 + 4 + 4 at AVX2's 8 lanes: 12 and 24 units).
     {6, 2, 96, 32, 0, Tails::kAll, {70, 300}, {}},
     {4, 1, 192, 16, 0, Tails::kNone, {50, 129}, {}},
-    // Long rows: int4 head_dim 256 and 512 are 8 and 16 pieces (two and four 512-bit registers
-    // per row in the AVX-512 scores), int2 four and eight.
+    // Long rows: head_dim 256 and 512 (16 and 32 units of V channels; 16 and 32 K tiles of int8
+    // per 16 keys).
     {4, 2, 256, 32, 0, Tails::kAll, {40, 100}, {}},
     {2, 1, 512, 16, 0, Tails::kNone, {33, 70}, {}},
     // A residual window of three blocks (the partial one and two full ones, bf16), some
@@ -277,6 +281,11 @@ std::vector<Param> AllParams() {
         for (int threads : {1, 2, 3}) out.push_back({c, dtype, per_token, threads});
       }
     }
+  }
+  // Caches in the rows order, on the item kernel.
+  for (DType dtype : {DType::kKvInt8, DType::kKvInt4, DType::kKvInt2}) {
+    out.push_back({kCases[0], dtype, false, 2, KvCodeOrder::kRows});
+    out.push_back({kCases[4], dtype, true, 1, KvCodeOrder::kRows});
   }
   return out;
 }
@@ -299,6 +308,7 @@ std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
   name += "_";
   name += dtype;
   if (IsLowBitKvDType(p.dtype)) name += p.k_per_token ? "_ktok" : "_kchan";
+  if (IsLowBitKvDType(p.dtype) && p.order != cpu::kKvCodeOrder) name += "_rows";
   name += c.tails == Tails::kAll ? "_tails" : c.tails == Tails::kNone ? "_notails" : "_sometails";
   if (c.tail_blocks > 1) name += "_ring" + std::to_string(c.tail_blocks);
   for (size_t s = 0; s < c.seq_lens.size(); ++s) {
