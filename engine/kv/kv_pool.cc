@@ -55,8 +55,8 @@ std::string KvPoolShape::Layout() const {
 }
 
 KvFormatSpec KvPoolShape::Format(int32_t num_heads) const {
-  return {dtype, k_per_token, code_order, head_dim, block_size, num_heads, num_kv_heads,
-          tail_blocks, hadamard};
+  return {dtype,        k_per_token, head_dim, block_size, num_heads,
+          num_kv_heads, tail_blocks, hadamard, code_order};
 }
 
 absl::StatusOr<std::unique_ptr<KvPool>> KvPool::Create(const KvPoolShape& shape,

@@ -75,13 +75,13 @@ struct PagedKvView {
 struct KvFormatSpec {
   DType dtype = DType::kBF16;
   bool k_per_token = false;  // low-bit formats: K grouped per token instead of per channel
-  KvCodeOrder code_order = KvCodeOrder::kRows;  // low-bit formats (kv_format.h)
   int32_t head_dim = 0;
   int32_t block_size = 0;
   int32_t num_heads = 0;
   int32_t num_kv_heads = 0;
   int32_t tail_blocks = 1;  // low-bit formats: blocks in each residual tail's ring
   bool hadamard = false;    // K/V stored in the Hadamard-rotated basis (head_dim a power of two)
+  KvCodeOrder code_order = KvCodeOrder::kRows;  // low-bit formats: where the codes sit (kv_format.h)
 };
 
 // Where each sequence of a ragged batch is: the same arrays PagedAttentionArgs carries. The

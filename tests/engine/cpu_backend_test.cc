@@ -44,6 +44,22 @@ Matrix MakeMatrix(DType dtype, int64_t rows, int64_t cols, std::mt19937& rng) {
   return m;
 }
 
+// The CPU kernels read low-bit KV codes in the lanes order; a pool in another order is refused at
+// load, element formats have no order.
+TEST(CpuOpsTest, LowBitKvCachesUseTheLanesOrder) {
+  CpuOps ops(1, cpu::MatmulPrecision::kHighest);
+  EXPECT_EQ(ops.PackedKvCodeOrder(), KvCodeOrder::kLanes);
+  KvFormatSpec format{DType::kKvInt4, false, 128, 32, 32, 8};
+  format.code_order = KvCodeOrder::kLanes;
+  EXPECT_TRUE(ops.CheckKvFormat(format).ok());
+  format.code_order = KvCodeOrder::kRows;
+  const absl::Status refused = ops.CheckKvFormat(format);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("cpu"), std::string::npos) << refused.message();
+  format.dtype = DType::kBF16;
+  EXPECT_TRUE(ops.CheckKvFormat(format).ok());
+}
+
 TEST(CpuOpsTest, LinearRunsMixedQuantizedGroup) {
   CpuOps ops(2, cpu::MatmulPrecision::kHighest);
   std::mt19937 rng(3);

@@ -69,16 +69,17 @@ struct Variant {
 //   int4 per channel +0.42 % 0.0054, per token +0.81 % 0.0079,
 //   int2 per channel +5.2 % 0.077, per token +26.5 % 0.272;
 // decode:
-//   f16 -0.07 % 0.00011, fp8 +3.0 % 0.036,
-//   int8 per channel -0.17 % 0.00023, per token -0.23 % 0.00024,
-//   int4 per channel -0.32 % 0.0074, per token -0.42 % 0.0078,
-//   int2 per channel +5.7 % 0.116, per token +14.3 % 0.144.
+//   f16 -0.16 % 0.00013, fp8 +2.4 % 0.035,
+//   int8 per channel -0.20 % 0.00026, per token -0.28 % 0.00024,
+//   int4 per channel -0.35 % 0.0075, per token -0.58 % 0.0079,
+//   int2 per channel +5.6 % 0.116, per token +14.4 % 0.145.
 // The decode positions all lie past 512 tokens, where int2 leaves its bf16 window: its KL per
 // position is above its prefill mean, whose first 512 positions see bf16 keys only. fp8 moves
 // the decode positions by about 3 % (the format, not the decode kernel), so its decode gate is
 // 6 %. With the decode kernel's integer dot products turned off (the f32 loop on the same codes)
 // no decode figure moved by more than 0.1 point or 0.0003 nats (AVX2).
-// int8 activations (bf16 KV; decode only), AVX2: +0.82 %, 0.0044 nats, so gates 1.5 %, 0.008.
+// int8 activations (bf16 KV; decode only), AVX2: +0.82 %, 0.0044 nats (AVX-512: +0.37 %, 0.0044),
+// so gates 1.5 %, 0.008.
 const Variant kVariants[] = {
     {"bf16", DType::kBF16, false, 64, 0, {0, 0}, {0, 0}},
     {"f16", DType::kF16, false, 64, 0, {0.002, 0.001}, {0.002, 0.001}},

@@ -572,6 +572,12 @@ TEST(CudaKvLowBitArgs, CheckKvFormatMatchesTheKernels) {
   const absl::Status refused = check(DType::kKvInt4, true, 512, 32, 32, 8);
   EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(refused.message().find("int4"), std::string::npos) << refused.message();
+  // The kernels read codes in rows; the CPU's lanes order is another layout.
+  KvFormatSpec lanes{DType::kKvInt4, false, 128, 32, 32, 8};
+  EXPECT_TRUE(ops.CheckKvFormat(lanes).ok());
+  lanes.code_order = KvCodeOrder::kLanes;
+  EXPECT_FALSE(ops.CheckKvFormat(lanes).ok());
+  EXPECT_EQ(ops.PackedKvCodeOrder(), KvCodeOrder::kRows);
 }
 
 }  // namespace
