@@ -108,13 +108,14 @@ inline KvCodePlace KvCodePlaceOf(const KvPackedLayout& layout, bool is_v, int32_
       default: return {row + chunk * 8 + (j & 7), (j >> 3) * 2};
     }
   }
-  // kLanes: `lane_item` runs along the 16 lanes, `quad_item` along a lane's planes and bytes.
-  const int32_t per_lane = 4 * layout.codes_per_byte();
+  // kLanes: `lane_item` runs along the 16 lanes, `quad_item` along a lane's planes and bytes;
+  // a lane holds 4 * 8 / bits of them (a power of two: shifts, not divisions).
+  const int32_t per_lane_log2 = bits == 8 ? 2 : bits == 4 ? 3 : 4;
   const int32_t lane_item = is_v ? i : slot, quad_item = is_v ? slot : i;
-  const int32_t quads = (is_v ? layout.block_size : layout.head_dim) / per_lane;
-  const int32_t within = quad_item % per_lane;
-  const int64_t tile = int64_t{lane_item / 16} * quads + quad_item / per_lane;
-  return {tile * 64 + (lane_item % 16) * 4 + within % 4, (within / 4) * bits};
+  const int32_t quads = (is_v ? layout.block_size : layout.head_dim) >> per_lane_log2;
+  const int32_t within = quad_item & ((1 << per_lane_log2) - 1);
+  const int64_t tile = int64_t{lane_item >> 4} * quads + (quad_item >> per_lane_log2);
+  return {tile * 64 + (lane_item & 15) * 4 + (within & 3), (within >> 2) * bits};
 }
 
 inline int32_t KvGetCode(const uint8_t* head_block, const KvPackedLayout& layout, bool is_v,

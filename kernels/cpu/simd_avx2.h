@@ -33,6 +33,13 @@ inline Vec LoadFp8(const uint8_t* p) {
   const __m256i nan = _mm256_cmpeq_epi32(magnitude, _mm256_set1_epi32(0x7f));
   return _mm256_or_ps(value, _mm256_castsi256_ps(_mm256_or_si256(sign, nan)));
 }
+// Bits [shift, shift + width) of each of the kLanes 32-bit lanes at p (unaligned), as f32
+// (mask = 2^width - 1): one code of every lane of a low-bit KV tile (kernels/common/kv_format.h).
+inline Vec LaneCodes(const uint8_t* p, int shift, int mask) {
+  const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm256_cvtepi32_ps(
+      _mm256_and_si256(_mm256_srl_epi32(x, _mm_cvtsi32_si128(shift)), _mm256_set1_epi32(mask)));
+}
 inline Vec Add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
 inline Vec Sub(Vec a, Vec b) { return _mm256_sub_ps(a, b); }
 inline Vec Mul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }

@@ -35,6 +35,13 @@ inline Vec LoadFp8(const uint8_t* p) {
       _mm512_or_si512(_mm512_castps_si512(value), sign), nan, _mm512_set1_epi32(-1));
   return _mm512_castsi512_ps(bits);
 }
+// Bits [shift, shift + width) of each of the kLanes 32-bit lanes at p (unaligned), as f32
+// (mask = 2^width - 1): one code of every lane of a low-bit KV tile (kernels/common/kv_format.h).
+inline Vec LaneCodes(const uint8_t* p, int shift, int mask) {
+  const __m512i x = _mm512_loadu_si512(p);
+  return _mm512_cvtepi32_ps(
+      _mm512_and_si512(_mm512_srl_epi32(x, _mm_cvtsi32_si128(shift)), _mm512_set1_epi32(mask)));
+}
 inline Vec Add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
 inline Vec Sub(Vec a, Vec b) { return _mm512_sub_ps(a, b); }
 inline Vec Mul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
