@@ -81,7 +81,8 @@ struct KvFormatSpec {
   int32_t num_kv_heads = 0;
   int32_t tail_blocks = 1;  // low-bit formats: blocks in each residual tail's ring
   bool hadamard = false;    // K/V stored in the Hadamard-rotated basis (head_dim a power of two)
-  KvCodeOrder code_order = KvCodeOrder::kRows;  // low-bit formats: where the codes sit (kv_format.h)
+  // Low-bit formats: where the codes sit (kv_format.h).
+  KvCodeOrder code_order = KvCodeOrder::kRows;
 };
 
 // Where each sequence of a ragged batch is: the same arrays PagedAttentionArgs carries. The

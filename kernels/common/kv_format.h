@@ -31,6 +31,7 @@
 //       V: lane l of tile (c, kg) is channel 16 c + l, its byte j in plane t key 4 P kg + 4 t + j;
 //          tile (c, kg) at ((c * block_size / (4 P)) + kg) * 64 (16 channels, all keys).
 //     block_size is a multiple of 16 and head_dim of 32 (CheckKvLayout), so tiles are whole.
+//
 // Residual tail (KIVI's full-precision window): each sequence has a tail slot, a ring of
 // tail_blocks blocks of bf16 rows, bf16 [num_tail_slots][num_kv_heads][tail_blocks * block_size]
 // [head_dim] per layer for K and V; block b of the sequence sits in ring place b % tail_blocks.
