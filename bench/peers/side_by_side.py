@@ -19,7 +19,8 @@ What it does, every step skipped when its output is already in --work:
      optionally decode at batch 8 (--batch8);
   5. writes one JSON with every raw figure, the probes and the CPU, and a Markdown table, to
      bench/results/peers/<machine kind>.{json,md}, where the kind names the vendor and the best
-     instruction-set level (amd-avx2, amd-avx512-bf16, intel-amx, ...).
+     instruction-set level (amd-avx2, amd-avx512-bf16, intel-amx, ...), and the core where two
+     share a level (amd-avx512-bf16-zen5).
 
 Targets (issue "CPU kernels at the limit of every x86 machine"): bf16 decode >= 1.5x llama.cpp's
 BF16 decode and >= 90 % of the bandwidth roofline; bf16 prefill >= 1.2x llama.cpp's best float
@@ -80,8 +81,20 @@ def cpu_facts():
         "model": fields.get("model"),
         "logical_cpus": os.cpu_count(),
         "flags": interesting,
-        "kind": f"{vendor}-{isa}",
+        "isa": isa,
+        "kind": f"{vendor}-{isa}{microarchitecture_suffix(vendor, fields.get('cpu family'))}",
     }
+
+
+def microarchitecture_suffix(vendor, family):
+    """Tells apart parts that share a vendor and an instruction-set level but not a core: AMD
+    family 26 (Zen 5, full-width 512-bit units) has the flags of family 25's Zen 4. The kinds seen
+    before Zen 5 keep their names."""
+    try:
+        family = int(family)
+    except (TypeError, ValueError):
+        return ""
+    return "-zen5" if vendor == "amd" and family == 26 else ""
 
 
 def train_tokenizer(ckpt, python):
@@ -232,7 +245,7 @@ def main():
     peaks = all_peaks["fma"]
     # Where the CPU has bf16 arithmetic (AVX512-BF16, AMX), loom also runs with its prefill
     # activations rounded to bf16 (--fast-bf16-matmul), as llama.cpp's BF16 path rounds them.
-    fast = cpu["kind"].endswith(("avx512-bf16", "amx")) if args.fast_bf16 == "auto" else (
+    fast = cpu["isa"] in ("avx512-bf16", "amx") if args.fast_bf16 == "auto" else (
         args.fast_bf16 == "on")
     raw = {t: {"loom": [], "loom fast-bf16": [], "llama.cpp bf16": [], "llama.cpp f16": []}
            for t in threads}
