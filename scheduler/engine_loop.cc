@@ -190,6 +190,10 @@ bool EngineLoop::DrainInbox() {
   if (!commands.empty()) {
     LoopAccess access(*this, scheduler_, clock_());
     for (Command& command : commands) command(access);
+    // A command may change what the stats show (a reservation takes blocks) without a step
+    // following: an idle instance's load must not be the one of its last step.
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.scheduler = scheduler_.Stats();
   }
   return true;
 }

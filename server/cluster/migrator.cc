@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 #include "engine/common/logging.h"
 #include "engine/common/strings.h"
@@ -276,7 +277,8 @@ Migrator::Round Migrator::CopyRound(Transfer& t, bool freeze, int32_t cap) {
   };
   std::optional<Exported> got = CallOnLoop<Exported>(
       *ctx_.engine, timeout,
-      [id, sent, freeze, cap](LoopAccess& a, std::function<void(Exported)> reply) {
+      [id, sent, freeze, cap, detached = t.detached](LoopAccess& a,
+                                                     std::function<void(Exported)> reply) {
         absl::StatusOr<MigrationExport> e = a.scheduler().ExportForMigration(id, sent, freeze, cap);
         if (!e.ok()) {
           reply(Exported{std::move(e), false, nullptr, {}});
@@ -287,6 +289,7 @@ Migrator::Round Migrator::CopyRound(Transfer& t, bool freeze, int32_t cap) {
         // that the destination's first output reaches the client without waiting for a step
         // boundary of this instance. An abort puts it back.
         std::shared_ptr<RequestStream> stream = freeze ? a.DetachStream(id) : nullptr;
+        if (freeze) *detached = stream;
         a.AfterNextStep([e, reply, stream, frozen_at](bool ok) {
           reply(Exported{e, ok, stream, frozen_at});
         });
@@ -385,7 +388,8 @@ MigrationOutcome Migrator::MigrateOne(RequestId id, const std::string& address,
   layout.set_block_size(ctx_.capacity.block_size);
   Transfer t{id, layout, stub};
   bool frozen = false;
-  // The client's stream once the request is frozen (the loop no longer holds it).
+  // The client's stream once the request is frozen (the loop no longer holds it; an abort finds
+  // it in t.detached, which also covers an export whose answer came too late).
   std::shared_ptr<RequestStream> stream;
   // Registered from the start, so that a client leaving mid-move is seen (OnAbort).
   auto relay = std::make_shared<Relay>();
@@ -416,7 +420,9 @@ MigrationOutcome Migrator::MigrateOne(RequestId id, const std::string& address,
     forget_relay();
     // Unfreezes a frozen request (giving its stream back to the loop); clears the mark of one
     // that kept running. A request that ended while frozen (its client left) gets its end.
-    loop.Post([id, stream](LoopAccess& a) {
+    // Commands run in order, so any export posted before this one has run by then.
+    loop.Post([id, detached = t.detached](LoopAccess& a) {
+      std::shared_ptr<RequestStream> stream = std::exchange(*detached, nullptr);
       if (stream != nullptr) {
         if (a.scheduler().Contains(id)) {
           a.AttachStream(id, stream, 1);
@@ -467,6 +473,8 @@ MigrationOutcome Migrator::MigrateOne(RequestId id, const std::string& address,
       if (round.finished) {
         forget_relay();
         loop.Post([id](LoopAccess& a) { a.scheduler().CancelMigrateOut(id); });
+        // Blocks reserved by an earlier round would stay held until the reservation expired.
+        if (t.reservation != 0) ReleaseReservation(stub, t.reservation, timeout);
         result.outcome = "aborted";
         result.reason = "the request finished";
         return result;

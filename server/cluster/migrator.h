@@ -97,6 +97,11 @@ class Migrator {
     int32_t reserved = 0;  // blocks held by the reservation
     int32_t sent = 0;      // leading blocks of the request copied
     int32_t blocks_copied = 0;
+    // The client's stream once a last-stage export has taken it from the loop. Read and written
+    // on the loop thread only: an abort posted after an export that answered too late (and so
+    // was never seen here) still finds the stream and gives it back.
+    std::shared_ptr<std::shared_ptr<RequestStream>> detached =
+        std::make_shared<std::shared_ptr<RequestStream>>();
   };
   // One export (on the loop) with the reservation and pushes it needs.
   struct Round {

@@ -4,7 +4,8 @@ while it streams gives its client exactly the tokens it would have got without t
 and seeded sampling; HTTP and gRPC clients; decode and prompt phase), and the faults leave one
 owner: a destination that is gone before the move leaves the request running at home; one killed
 after the commit ends the client's stream with a clear error while the source keeps serving. At
-the relay limit (max_relays) a move is refused and the request goes on at home.
+the relay limit (max_relays), at a destination without room, and when the source's engine loop
+answers too late, a move is given up and the request goes on at home, its stream unbroken.
 
   python tests/integration/cluster_migration_test.py --loomd build/cpu-release/bin/loomd \
       --model build/models/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -350,18 +351,137 @@ class FaultTest(unittest.TestCase):
             self.assertEqual(b.stop(), 0)
 
 
-class StageFaultTest(unittest.TestCase):
-    """Each side killed at each stage. The source pauses PAUSE seconds after every stage (the
-    last included, when the request is frozen), so a kill lands inside a known stage: at
-    t0 + PAUSE / 2 the blocks of the pre-copy stage are on the destination and the request still
-    runs at the source; at t0 + 1.5 PAUSE it is frozen, its last blocks copied, and Resume not
-    yet called."""
+class PromptPhaseTest(unittest.TestCase):
+    """A request moved while its prompt is still being computed (in chunks of 64 tokens): the
+    blocks of the prompt computed so far move, the destination computes the rest, and the client
+    gets exactly the tokens of a run without the move."""
+
+    def test_a_request_moves_in_its_prompt_phase(self):
+        extra = ("--max-num-batched-tokens", "64", "--kv-cache-mb", "128")
+        a, b = Loomd(*extra), Loomd(*extra)
+        try:
+            prompt = [100 + (i * 7) % 4000 for i in range(800)]  # 50 blocks, 13 steps
+            req = gpb.GenerateRequest(token_ids=gpb.TokenIds(ids=prompt), max_tokens=40,
+                                      ignore_eos=True, sampling=gpb.SamplingParams(temperature=0))
+
+            def tokens(server, first_at=None):
+                out = []
+                for msg in server.generation.Generate(req, metadata=server.md, timeout=300):
+                    self.assertFalse(msg.HasField("error"), msg.error.message)
+                    if msg.HasField("chunk") and msg.chunk.token_ids:
+                        if first_at is not None and not first_at:
+                            first_at.append(time.time())
+                        out.extend(msg.chunk.token_ids)
+                return out
+
+            reference = tokens(b)
+            got, first_at = [], []
+            t = threading.Thread(target=lambda: got.extend(tokens(a, first_at)))
+            t.start()
+            time.sleep(0.3)  # admitted, and a few chunks of the prompt computed
+            called_at = time.time()
+            results = list(a.migrate_out(b.grpc_address).results)
+            t.join()
+            self.assertEqual([r.outcome for r in results], ["committed"], results)
+            # Frozen before the prompt was done: fewer blocks than the whole prompt's moved.
+            self.assertLess(results[0].blocks_copied, len(prompt) // 16, results)
+            self.assertGreater(first_at[0], called_at)
+            self.assertEqual(got, reference)
+        finally:
+            self.assertEqual(a.stop(), 0)
+            self.assertEqual(b.stop(), 0)
+
+
+class RefusedMoveTest(unittest.TestCase):
+    def test_a_destination_without_room_refuses_and_the_request_stays_home(self):
+        # 2 MiB of KV cache hold 91 tokens (5 blocks); the request holds more than that when
+        # the move starts.
+        a, b = Loomd(), Loomd("--kv-cache-mb", "2")
+        try:
+            reference = stream_completion(a, max_tokens=200)
+            results = []
+
+            def on_chunk(i):
+                if i == 100:
+                    results.extend(a.migrate_out(b.grpc_address).results)
+
+            got = stream_completion(a, on_chunk=on_chunk, max_tokens=200)
+            self.assertEqual([r.outcome for r in results], ["aborted"], results)
+            self.assertIn("refused", results[0].reason)
+            self.assertEqual(got, reference)
+            # Both still serve, and the destination holds nothing for the move.
+            self.assertEqual(stream_completion(b, max_tokens=20)[1], "length")
+            load = b.generation.GetLoad(gpb.GetLoadRequest(), metadata=b.md, timeout=10)
+            self.assertEqual(load.num_running_requests, 0)
+        finally:
+            self.assertEqual(a.stop(), 0)
+            self.assertEqual(b.stop(), 0)
+
+
+class LateLoopTest(unittest.TestCase):
+    """The source's engine loop answers the freezing export after migration_timeout_ms: another
+    request's prompt is computed in steps much longer than that. The move is given up, but the
+    export still runs when the loop gets to it, freezes the request and takes its stream; the
+    abort must give both back, so the request finishes at home and its client gets every
+    token."""
+    PAUSE = 1.2
+    TIMEOUT_MS = 150
+
+    def test_an_export_answered_too_late_gives_the_stream_back(self):
+        extra = ("--max-num-batched-tokens", "256", "--kv-cache-mb", "128")
+        a = Loomd("--migration-timeout-ms", str(self.TIMEOUT_MS), "--migration-stage-pause-ms",
+                  str(int(self.PAUSE * 1000)), *extra)
+        b = Loomd(*extra)
+        # A hang here is the failure: the client must not wait the default 300 s.
+        a.client = a.client.with_options(timeout=60)
+        try:
+            reference = stream_completion(a, max_tokens=120)
+            long_prompt = gpb.GenerateRequest(
+                token_ids=gpb.TokenIds(ids=[100 + (i * 11) % 4000 for i in range(2000)]),
+                max_tokens=1, sampling=gpb.SamplingParams(temperature=0))
+            results, neighbour = [], []
+
+            def start_neighbour():
+                # After the first stage (a few blocks, copied at once), inside the pause: the
+                # freeze then waits for steps of 256 prompt tokens (hundreds of ms each).
+                neighbour.extend(a.generation.Generate(long_prompt, metadata=a.md, timeout=300))
+
+            def on_chunk(i):
+                if i == 5:
+                    threading.Thread(target=lambda: results.extend(
+                        a.migrate_out(b.grpc_address).results)).start()
+                    threading.Timer(self.PAUSE / 3, start_neighbour).start()
+
+            got = stream_completion(a, on_chunk=on_chunk, max_tokens=120)
+            deadline = time.time() + 30
+            while not results and time.time() < deadline:
+                time.sleep(0.1)
+            self.assertEqual([r.outcome for r in results], ["aborted"], results)
+            # The first stage was done; the freezing one is the one that timed out.
+            self.assertEqual(results[0].stages, 1, results)
+            self.assertIn("did not answer", results[0].reason)
+            self.assertEqual(got, reference)
+            deadline = time.time() + 60
+            while not neighbour and time.time() < deadline:
+                time.sleep(0.1)
+            self.assertTrue(neighbour, "the other request did not finish")
+            self.assertEqual(stream_completion(a, max_tokens=5)[1], "length")
+        finally:
+            self.assertEqual(a.stop(), 0)
+            self.assertEqual(b.stop(), 0)
+
+
+class StagedMove:
+    """Two instances for moves whose stages take known times: the source pauses PAUSE seconds
+    after every stage (the last included, when the request is frozen)."""
     PAUSE = 1.5
+    # A killed source's reservation expires after this long.
+    RESERVATION_MS = 2000
 
     def setUp(self):
         self.a = Loomd("--migration-stage-pause-ms", str(int(self.PAUSE * 1000)),
                        "--migration-last-stage-blocks", "100000")
-        self.b = Loomd("--reservation-timeout-ms", "2000")
+        self.b = Loomd("--reservation-timeout-ms", str(self.RESERVATION_MS))
         self.free_b = self.b.generation.GetLoad(gpb.GetLoadRequest(), metadata=self.b.md,
                                                 timeout=10).num_free_blocks
 
@@ -405,6 +525,13 @@ class StageFaultTest(unittest.TestCase):
         self.assertEqual(load.num_free_blocks, self.free_b, "the reservation was not freed")
         self.assertEqual(load.num_running_requests, 0)
 
+
+class StageFaultTest(StagedMove, unittest.TestCase):
+    """Each side killed at each stage. A kill lands inside a known stage: at t0 + PAUSE / 2 the
+    blocks of the pre-copy stage are on the destination and the request still runs at the
+    source; at t0 + 1.5 PAUSE it is frozen, its last blocks copied, and Resume not yet
+    called."""
+
     def test_destination_killed_during_precopy(self):
         reference = stream_completion(self.a, max_tokens=400)
         got, results = self.run_with_kill(self.b, self.PAUSE / 2)
@@ -426,6 +553,12 @@ class StageFaultTest(unittest.TestCase):
         got, _ = self.run_with_kill(self.a, self.PAUSE * 1.5)
         self.assertIsInstance(got, Exception)
         self.assert_destination_frees_everything()
+
+
+class FinishedDuringTheMoveTest(StagedMove, unittest.TestCase):
+    """The request ends at home between two stages. Its reservation on the destination is given
+    back at once, not when it expires (here after 10 minutes)."""
+    RESERVATION_MS = 600000
 
     def test_request_finishing_during_the_move_stays_finished(self):
         reference = stream_completion(self.a, max_tokens=30)

@@ -1,6 +1,8 @@
 #include "scheduler/engine_loop.h"
 
 #include <atomic>
+#include <functional>
+#include <future>
 #include <map>
 #include <random>
 #include <thread>
@@ -151,6 +153,33 @@ TEST(EngineLoopTest, AbortEndsARequestAndFreesItsBlocks) {
   Collected next = ReadAll(*loop.Submit(Request(2, 8, 3)));
   EXPECT_EQ(next.finish[0], FinishReason::kLength);
   EXPECT_EQ(loop.Stats().scheduler.num_free_blocks, 64);
+}
+
+TEST(EngineLoopTest, AnIdleLoopsStatsShowWhatACommandChanged) {
+  FakeExecutor executor(Model(), Capacity(64));
+  EngineLoop loop(executor, SchedulerConfig{}, NowMs);
+  auto run = [&](std::function<void(Scheduler&)> fn) {
+    std::promise<void> done;
+    loop.Post([&](LoopAccess& a) {
+      fn(a.scheduler());
+      done.set_value();
+    });
+    done.get_future().wait();
+  };
+  uint64_t reservation = 0;
+  run([&](Scheduler& s) { reservation = s.Reserve(0, 10, NowMs()).value(); });
+  // No step runs (nothing to compute), and the reserved blocks are not free.
+  auto free_blocks = [&] {
+    for (int i = 0; i < 1000; ++i) {
+      if (loop.Stats().idle) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return loop.Stats().scheduler.num_free_blocks;
+  };
+  EXPECT_EQ(free_blocks(), 54);
+  EXPECT_EQ(loop.Stats().num_steps, 0);
+  run([&](Scheduler& s) { s.ReleaseReservation(reservation); });
+  EXPECT_EQ(free_blocks(), 64);
 }
 
 TEST(EngineLoopTest, AConsumerThatNeverReadsDoesNotHoldUpOthers) {
