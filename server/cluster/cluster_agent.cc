@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "engine/common/logging.h"
+#include "server/cluster/cluster_auth.h"
 #include "server/cluster/loop_call.h"
 
 namespace loom::cluster {
@@ -24,7 +25,7 @@ ClusterAgent::~ClusterAgent() { Stop(); }
 void ClusterAgent::Start() {
   if (ctx_.config.cluster_manager.empty()) return;
   manager_ = v1::Manager::NewStub(
-      grpc::CreateChannel(ctx_.config.cluster_manager, grpc::InsecureChannelCredentials()));
+      grpc::CreateChannel(ctx_.config.cluster_manager, migrator_.credentials()));
   reporter_ = std::thread([this] { ReportLoop(); });
   worker_ = std::thread([this] { WorkLoop(); });
 }
@@ -45,6 +46,7 @@ std::shared_ptr<RequestStream> ClusterAgent::Submit(SchedRequest request) {
   if (manager_ != nullptr && ctx_.config.cluster_dispatch && movable &&
       manager_reachable_.load() && !ctx_.draining.load()) {
     grpc::ClientContext call;
+    AddClusterAuth(call, ctx_.config.api_keys);
     call.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
     v1::DispatchRequest ask;
     ask.set_from_instance(instance_id_);
@@ -128,6 +130,7 @@ void ClusterAgent::ReportLoop() {
     *report.mutable_load() = CurrentLoad();
     report.set_report_seq(++seq);
     grpc::ClientContext call;
+    AddClusterAuth(call, ctx_.config.api_keys);
     call.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(1000));
     v1::ReportReply reply;
     const grpc::Status s = manager_->Report(&call, report, &reply);

@@ -5,6 +5,7 @@
 
 #include "engine/common/logging.h"
 #include "engine/common/strings.h"
+#include "server/cluster/cluster_auth.h"
 #include "server/cluster/loop_call.h"
 #include "server/cluster/migrator.h"
 #include "server/cluster/wire.h"
@@ -49,16 +50,7 @@ void InstanceService::Watchdog() {
 }
 
 grpc::Status InstanceService::Authorize(const grpc::ServerContext& call) const {
-  if (ctx_.config.api_keys.empty()) return grpc::Status::OK;
-  const auto& md = call.client_metadata();
-  auto it = md.find("authorization");
-  if (it != md.end()) {
-    const std::string value(it->second.data(), it->second.size());
-    for (const std::string& key : ctx_.config.api_keys) {
-      if (value == "Bearer " + key) return grpc::Status::OK;
-    }
-  }
-  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "a valid API key is required");
+  return AuthorizeClusterCall(call, ctx_.config.api_keys);
 }
 
 void InstanceService::ExpireReservations() {

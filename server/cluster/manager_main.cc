@@ -101,7 +101,8 @@ int RunManager(const ServerConfig& config, std::string_view version) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  ManagerService service(PolicyOptionsFrom(config), std::random_device{}(), SteadyMs);
+  ManagerService service(PolicyOptionsFrom(config), std::random_device{}(), SteadyMs,
+                         config.api_keys);
   std::atomic<bool> stopping{false};
   int grpc_port = 0;
   absl::StatusOr<std::unique_ptr<grpc::Server>> grpc = StartGrpc(config, service, &grpc_port);

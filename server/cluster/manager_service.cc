@@ -6,6 +6,7 @@
 
 #include "engine/common/logging.h"
 #include "server/api/api_status.h"
+#include "server/cluster/cluster_auth.h"
 
 namespace loom::cluster {
 namespace {
@@ -19,8 +20,8 @@ grpc::Status ToGrpc(const absl::Status& status) {
 }  // namespace
 
 ManagerService::ManagerService(const ManagerPolicyOptions& options, uint64_t seed,
-                               std::function<int64_t()> now_ms)
-    : now_ms_(std::move(now_ms)), policy_(options, seed) {}
+                               std::function<int64_t()> now_ms, std::vector<std::string> api_keys)
+    : now_ms_(std::move(now_ms)), api_keys_(std::move(api_keys)), policy_(options, seed) {}
 
 ManagerService::~ManagerService() { StopPairing(); }
 
@@ -51,8 +52,9 @@ int32_t ManagerService::PairNow() {
   return policy_.Pair(now_ms_());
 }
 
-grpc::Status ManagerService::Report(grpc::ServerContext*, const v1::InstanceReport* request,
+grpc::Status ManagerService::Report(grpc::ServerContext* call, const v1::InstanceReport* request,
                                     v1::ReportReply* reply) {
+  if (grpc::Status a = AuthorizeClusterCall(*call, api_keys_); !a.ok()) return a;
   std::lock_guard<std::mutex> lock(mu_);
   absl::StatusOr<v1::ReportReply> answer = policy_.Report(*request, now_ms_());
   if (!answer.ok()) return ToGrpc(answer.status());
@@ -60,24 +62,28 @@ grpc::Status ManagerService::Report(grpc::ServerContext*, const v1::InstanceRepo
   return grpc::Status::OK;
 }
 
-grpc::Status ManagerService::Dispatch(grpc::ServerContext*, const v1::DispatchRequest* request,
+grpc::Status ManagerService::Dispatch(grpc::ServerContext* call,
+                                      const v1::DispatchRequest* request,
                                       v1::DispatchReply* reply) {
+  if (grpc::Status a = AuthorizeClusterCall(*call, api_keys_); !a.ok()) return a;
   std::lock_guard<std::mutex> lock(mu_);
   *reply = policy_.Dispatch(request->prompt_tokens(), request->priority(), now_ms_());
   return grpc::Status::OK;
 }
 
-grpc::Status ManagerService::Drain(grpc::ServerContext*, const v1::DrainRequest* request,
+grpc::Status ManagerService::Drain(grpc::ServerContext* call, const v1::DrainRequest* request,
                                    v1::DrainReply* reply) {
+  if (grpc::Status a = AuthorizeClusterCall(*call, api_keys_); !a.ok()) return a;
   const absl::Status status = DrainInstance(request->instance_id());
   reply->set_ok(status.ok());
   if (!status.ok()) reply->set_reason(std::string(status.message()));
   return grpc::Status::OK;
 }
 
-grpc::Status ManagerService::ListInstances(grpc::ServerContext*,
+grpc::Status ManagerService::ListInstances(grpc::ServerContext* call,
                                            const v1::ListInstancesRequest*,
                                            v1::ListInstancesReply* reply) {
+  if (grpc::Status a = AuthorizeClusterCall(*call, api_keys_); !a.ok()) return a;
   *reply = List();
   return grpc::Status::OK;
 }

@@ -13,7 +13,9 @@
 #include <functional>
 #include <mutex>
 #include <string_view>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "loom/v1/cluster.grpc.pb.h"
@@ -23,9 +25,10 @@ namespace loom::cluster {
 
 class ManagerService final : public v1::Manager::Service {
  public:
-  // `now_ms` is a monotonic clock in milliseconds; `seed` seeds dispatch's random choice.
+  // `now_ms` is a monotonic clock in milliseconds; `seed` seeds dispatch's random choice. With
+  // `api_keys`, every gRPC method needs one of them (cluster_auth.h).
   ManagerService(const ManagerPolicyOptions& options, uint64_t seed,
-                 std::function<int64_t()> now_ms);
+                 std::function<int64_t()> now_ms, std::vector<std::string> api_keys = {});
   ~ManagerService() override;  // StopPairing()
 
   // Runs Pair every `interval_ms` on a thread of its own until StopPairing.
@@ -33,7 +36,8 @@ class ManagerService final : public v1::Manager::Service {
   void StopPairing();
 
   // The gRPC methods. Invalid reports are INVALID_ARGUMENT; Drain of an unknown id answers
-  // ok = false with the reason (the call itself succeeds).
+  // ok = false with the reason (the call itself succeeds); without a valid key (when the
+  // manager has keys) each is UNAUTHENTICATED.
   grpc::Status Report(grpc::ServerContext* context, const v1::InstanceReport* request,
                       v1::ReportReply* reply) override;
   grpc::Status Dispatch(grpc::ServerContext* context, const v1::DispatchRequest* request,
@@ -53,6 +57,7 @@ class ManagerService final : public v1::Manager::Service {
 
  private:
   std::function<int64_t()> now_ms_;
+  const std::vector<std::string> api_keys_;
   std::mutex mu_;
   ManagerPolicy policy_;  // guarded by mu_
 

@@ -8,6 +8,7 @@
 
 #include "engine/common/logging.h"
 #include "engine/common/strings.h"
+#include "server/cluster/cluster_auth.h"
 #include "server/cluster/loop_call.h"
 #include "server/cluster/wire.h"
 
@@ -46,8 +47,12 @@ struct Migrator::Relay {
   bool forward = false;  // a new request forwarded by dispatch, counted when accepted
 };
 
-Migrator::Migrator(ServingContext& context, std::string instance_id)
-    : ctx_(context), instance_id_(std::move(instance_id)) {}
+Migrator::Migrator(ServingContext& context, std::string instance_id,
+                   std::shared_ptr<grpc::ChannelCredentials> credentials)
+    : ctx_(context),
+      instance_id_(std::move(instance_id)),
+      credentials_(credentials != nullptr ? std::move(credentials)
+                                          : grpc::InsecureChannelCredentials()) {}
 
 Migrator::~Migrator() {
   std::unique_lock<std::mutex> lock(mu_);
@@ -65,9 +70,7 @@ int32_t Migrator::num_relays() const {
 }
 
 void Migrator::AddAuth(grpc::ClientContext& call) const {
-  if (!ctx_.config.api_keys.empty()) {
-    call.AddMetadata("authorization", "Bearer " + ctx_.config.api_keys.front());
-  }
+  AddClusterAuth(call, ctx_.config.api_keys);
 }
 
 std::shared_ptr<grpc::Channel> Migrator::ChannelTo(const std::string& address) {
@@ -77,7 +80,7 @@ std::shared_ptr<grpc::Channel> Migrator::ChannelTo(const std::string& address) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   auto channel =
-      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+      grpc::CreateCustomChannel(address, credentials_, args);
   channels_.emplace(address, channel);
   return channel;
 }

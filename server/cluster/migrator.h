@@ -34,6 +34,8 @@
 #include <thread>
 #include <vector>
 
+#include <grpcpp/security/credentials.h>
+
 #include "absl/container/flat_hash_map.h"
 #include "loom/v1/cluster.grpc.pb.h"
 #include "scheduler/scheduler.h"
@@ -60,7 +62,10 @@ struct MigrationOutcome {
 
 class Migrator {
  public:
-  Migrator(ServingContext& context, std::string instance_id);
+  // `credentials`: of the calls to other instances (ClusterChannelCredentials); null =
+  // plaintext.
+  Migrator(ServingContext& context, std::string instance_id,
+           std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
   ~Migrator();  // cancels every relay and waits for them
 
   // Moves up to `max_requests` (0 = all) movable requests to the instance at `address`, one at
@@ -80,6 +85,7 @@ class Migrator {
   void OnAbort(RequestId id);
 
   int32_t num_in_flight() const { return in_flight_.load(); }
+  const std::shared_ptr<grpc::ChannelCredentials>& credentials() const { return credentials_; }
   int32_t num_relays() const;
   // Cumulative outcomes.
   int64_t num_committed() const { return committed_.load(); }
@@ -134,6 +140,7 @@ class Migrator {
 
   ServingContext& ctx_;
   const std::string instance_id_;
+  const std::shared_ptr<grpc::ChannelCredentials> credentials_;
   std::atomic<int32_t> in_flight_{0};
   std::atomic<int64_t> committed_{0}, aborted_{0}, failed_{0}, forwarded_{0};
   std::mutex migrate_mu_;  // one migration out at a time (bounded stages and buffers)

@@ -152,6 +152,10 @@ const std::vector<Key>& Keys() {
        &C::cluster_manager},
       {"advertise_host", "", "host other instances use to reach this one (empty = host)",
        &C::advertise_host},
+      {"cluster_tls_ca_file", "path",
+       "PEM roots that sign the cluster's gRPC certificates; set, the calls between instances "
+       "and the manager (reports, dispatch, migration) use TLS; empty = plaintext",
+       &C::cluster_tls_ca_file},
       {"cluster_report_interval_ms", "ms", "how often an instance reports its load to the manager",
        &C::cluster_report_interval_ms, {10, 60000}},
       {"cluster_dispatch", "",

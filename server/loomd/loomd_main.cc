@@ -20,6 +20,7 @@
 #include "engine/runtime/local_executor.h"
 #include "server/api/router.h"
 #include "server/cluster/cluster_agent.h"
+#include "server/cluster/cluster_auth.h"
 #include "server/cluster/instance_service.h"
 #include "server/cluster/manager_main.h"
 #include "server/cluster/migrator.h"
@@ -184,6 +185,15 @@ int Run(const std::vector<std::string>& args) {
     std::fprintf(stderr, "loomd: %s\n", std::string(engine_config.status().message()).c_str());
     return 2;
   }
+  // How this instance calls the cluster's other processes (before the model loads: a wrong
+  // file is a configuration error).
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> cluster_credentials =
+      cluster::ClusterChannelCredentials(config);
+  if (!cluster_credentials.ok()) {
+    std::fprintf(stderr, "loomd: %s\n",
+                 std::string(cluster_credentials.status().message()).c_str());
+    return 2;
+  }
   absl::StatusOr<std::unique_ptr<LocalExecutor>> executor = LocalExecutor::Create(*engine_config);
   if (!executor.ok()) {
     std::fprintf(stderr, "loomd: %s\n", std::string(executor.status().message()).c_str());
@@ -266,7 +276,7 @@ int Run(const std::vector<std::string>& args) {
   // Names this instance in logs and request keys; the gRPC address once it is known.
   std::string instance_id =
       config.instance_id.empty() ? StrCat(advertise, "/", getpid()) : config.instance_id;
-  cluster::Migrator migrator(ctx, instance_id);
+  cluster::Migrator migrator(ctx, instance_id, *cluster_credentials);
   engine.SetAbortListener([&migrator](RequestId id) { migrator.OnAbort(id); });
   cluster::InstanceService instance_service(ctx, migrator);
   std::unique_ptr<GrpcServer> grpc;

@@ -11,10 +11,12 @@ import argparse
 import concurrent.futures
 import http.client
 import json
+import os
 import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -163,13 +165,25 @@ class LoopbackClusterTest(unittest.TestCase):
             stop(inst.proc)
         stop(cls.manager)
 
+    def reference(self, max_tokens):
+        """The greedy text of stream_text's prompt, run alone on cold1 (which runs what it
+        receives)."""
+        if max_tokens not in self.references:
+            self.references[max_tokens] = stream_text(self.instances[1].client, max_tokens)[2]
+        return self.references[max_tokens]
+
+    references = {}
+
     def test_1_skewed_load_is_spread_by_migration(self):
         hot = self.instances[0]
+        reference = self.reference(300)
         with concurrent.futures.ThreadPoolExecutor(6) as pool:
-            futures = [pool.submit(stream, hot.client, 300) for _ in range(6)]
+            futures = [pool.submit(stream_text, hot.client, 300) for _ in range(6)]
             results = [f.result() for f in futures]
-        for finish, chunks in results:
+        # Moved or not, every request gives the text it gives alone.
+        for finish, _, text in results:
             self.assertEqual(finish, "length")
+            self.assertEqual(text, reference)
         committed = metric(hot.port, "loom_migrations_total", 'outcome="committed"')
         self.assertGreaterEqual(committed, 1, "the manager moved nothing off the hot instance")
         self.assertEqual(metric(hot.port, "loom_migrations_total", 'outcome="failed"'), 0)
@@ -185,17 +199,20 @@ class LoopbackClusterTest(unittest.TestCase):
             if i == 2:
                 decoding.release()
 
+        reference = self.reference(400)
         with concurrent.futures.ThreadPoolExecutor(3) as pool:
-            futures = [pool.submit(stream, target.client, 400, on_chunk) for _ in range(3)]
+            futures = [pool.submit(stream_text, target.client, 400, on_chunk) for _ in range(3)]
             for _ in range(3):
                 self.assertTrue(decoding.acquire(timeout=120), "a stream produced no tokens")
             status, body = post(self.manager_http, f"/v1/instances/{target.name}/drain")
             self.assertEqual(status, 200, body)
             results = [f.result() for f in futures]
-        for finish, _ in results:
+        for finish, _, text in results:
             self.assertEqual(finish, "length")
+            self.assertEqual(text, reference)
+        # Everything moved off, none finished where it was: 400 tokens outlast the drain.
         moved = metric(target.port, "loom_migrations_total", 'outcome="committed"') - before
-        self.assertGreaterEqual(moved, 1)
+        self.assertEqual(moved, 3)
 
     def dispatched_in(self):
         """Requests the instances report having taken in from the manager's dispatch."""
@@ -274,6 +291,56 @@ class ForwardAtRelayLimitTest(unittest.TestCase):
             for inst in instances:
                 self.assertEqual(stop(inst.proc), 0)
             stop(manager)
+
+
+class ClusterTlsTest(unittest.TestCase):
+    """A cluster whose gRPC servers present certificates: with cluster_tls_ca_file the instances'
+    reports and dispatch calls to the manager and a forwarded request's calls to the other
+    instance use TLS (and the API key); an instance without it cannot join; a CA file that is
+    not one stops loomd at start."""
+
+    def test_reports_and_forwards_over_tls(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            cert, key = os.path.join(tmp, "cert.pem"), os.path.join(tmp, "key.pem")
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
+                            key, "-out", cert, "-days", "1", "-subj", "/CN=loom-cluster",
+                            "-addext", "subjectAltName=IP:127.0.0.1"],
+                           check=True, capture_output=True)
+            tls = ("--grpc-tls-cert-file", cert, "--grpc-tls-key-file", key)
+            manager, manager_grpc, manager_http = start_manager(
+                "--manager-dispatch-top-k", "1", *tls)
+            instances = []
+            try:
+                # The entry's KV cache is an eighth of the other's: the manager sends its
+                # requests to the other instance.
+                entry = Instance(manager_grpc, "entry", "--kv-cache-mb", "8",
+                                 "--cluster-tls-ca-file", cert, *tls)
+                instances.append(entry)
+                instances.append(Instance(manager_grpc, "target", "--cluster-tls-ca-file", cert,
+                                          *tls))
+                wait_registered(manager_http, 2)
+                # Plaintext to a TLS manager: never registers.
+                instances.append(Instance(manager_grpc, "plain", *tls))
+                time.sleep(1.0)
+                _, body = get(manager_http, "/v1/instances")
+                self.assertEqual(sorted(i["instance_id"] for i in json.loads(body)["data"]),
+                                 ["entry", "target"])
+                reference = stream_text(instances[1].client, 40)
+                before = metric(entry.port, "loom_requests_forwarded_total")
+                self.assertEqual(stream_text(entry.client, 40), reference)
+                self.assertEqual(metric(entry.port, "loom_requests_forwarded_total") - before, 1)
+            finally:
+                for inst in instances:
+                    self.assertEqual(stop(inst.proc), 0)
+                stop(manager)
+            with open(os.path.join(tmp, "not-a-cert.pem"), "w") as f:
+                f.write("hello\n")
+            for ca in (os.path.join(tmp, "not-a-cert.pem"), os.path.join(tmp, "missing.pem")):
+                run = subprocess.run([ARGS.loomd, "--model", ARGS.model, "--port", "0",
+                                      "--cluster-tls-ca-file", ca],
+                                     capture_output=True, text=True, timeout=60)
+                self.assertEqual(run.returncode, 2, run.stderr)
+                self.assertIn("cluster_tls_ca_file", run.stderr)
 
 
 def main():

@@ -304,7 +304,7 @@ class ManagerTest(unittest.TestCase):
 
 class ManagerConfigTest(unittest.TestCase):
     def test_api_keys_guard_everything_but_the_probes(self):
-        proc, _, port = start_manager("--api-keys", "mkey")
+        proc, grpc_port, port = start_manager("--api-keys", "mkey")
         try:
             def get(method, path, key=None):
                 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
@@ -321,6 +321,31 @@ class ManagerConfigTest(unittest.TestCase):
             self.assertEqual(get("POST", "/v1/instances/a/drain", "mkey"), 404)
             self.assertEqual(get("GET", "/livez"), 200)
             self.assertEqual(get("GET", "/readyz"), 200)
+            # The gRPC methods too: reports, dispatch and drains from outside the cluster are
+            # refused; the health service stays open for probes.
+            channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}")
+            stub = pb_grpc.ManagerStub(channel)
+            calls = (
+                (stub.Report, pb.InstanceReport(instance_id="x", grpc_address="127.0.0.1:1",
+                                                load=load(5.0), report_seq=1)),
+                (stub.Dispatch, pb.DispatchRequest(from_instance="x", prompt_tokens=3)),
+                (stub.Drain, pb.DrainRequest(instance_id="x")),
+                (stub.ListInstances, pb.ListInstancesRequest()),
+            )
+            for method, request in calls:
+                for md in ([], [("authorization", "Bearer wrong")]):
+                    with self.assertRaises(grpc.RpcError) as ctx:
+                        method(request, metadata=md, timeout=10)
+                    self.assertEqual(ctx.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
+                method(request, metadata=[("authorization", "Bearer mkey")], timeout=10)
+            listed = stub.ListInstances(pb.ListInstancesRequest(),
+                                        metadata=[("authorization", "Bearer mkey")], timeout=10)
+            self.assertEqual([i.instance_id for i in listed.instances], ["x"])
+            health = health_pb2_grpc.HealthStub(channel)
+            self.assertEqual(health.Check(health_pb2.HealthCheckRequest(service=""),
+                                          timeout=10).status,
+                             health_pb2.HealthCheckResponse.SERVING)
+            channel.close()
         finally:
             proc.send_signal(signal.SIGTERM)
             self.assertEqual(proc.wait(timeout=30), 0)
