@@ -471,6 +471,51 @@ class LateLoopTest(unittest.TestCase):
             self.assertEqual(b.stop(), 0)
 
 
+class PreemptedDuringTheMoveTest(unittest.TestCase):
+    """The request is preempted on the source between two stages (one sequence at a time, and a
+    more important request arrives): the blocks already copied are stale, so the move is given
+    up, the destination's reservation is freed, and the request finishes at home once it runs
+    again, its stream unbroken."""
+
+    def test_a_preempted_request_stays_home(self):
+        a = Loomd("--max-num-seqs", "1", "--migration-stage-pause-ms", "1500",
+                  "--migration-last-stage-blocks", "100000")
+        b = Loomd()
+        try:
+            free_b = b.generation.GetLoad(gpb.GetLoadRequest(), metadata=b.md,
+                                          timeout=10).num_free_blocks
+            low = {"extra_body": {"ignore_eos": True, "priority": 10}}
+            reference = stream_completion(a, max_tokens=150, **low)
+            results, intruder = [], []
+
+            def on_chunk(i):
+                if i == 5:
+                    threading.Thread(target=lambda: results.extend(
+                        a.migrate_out(b.grpc_address).results)).start()
+                    # Inside the pause after the first stage.
+                    threading.Timer(0.7, lambda: intruder.append(stream_completion(
+                        a, max_tokens=20, extra_body={"ignore_eos": True, "priority": 0}))).start()
+
+            got = stream_completion(a, on_chunk=on_chunk, max_tokens=150, **low)
+            deadline = time.time() + 30
+            while not (results and intruder) and time.time() < deadline:
+                time.sleep(0.1)
+            self.assertEqual([r.outcome for r in results], ["aborted"], results)
+            self.assertIn("rescheduled", results[0].reason)
+            self.assertEqual(intruder[0][1], "length")
+            self.assertEqual(got, reference)
+            deadline = time.time() + 10
+            while time.time() < deadline:
+                load = b.generation.GetLoad(gpb.GetLoadRequest(), metadata=b.md, timeout=10)
+                if load.num_free_blocks == free_b:
+                    break
+                time.sleep(0.1)
+            self.assertEqual(load.num_free_blocks, free_b, "the reservation was not freed")
+        finally:
+            self.assertEqual(a.stop(), 0)
+            self.assertEqual(b.stop(), 0)
+
+
 class StagedMove:
     """Two instances for moves whose stages take known times: the source pauses PAUSE seconds
     after every stage (the last included, when the request is frozen)."""
