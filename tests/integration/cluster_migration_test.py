@@ -425,10 +425,10 @@ class LateLoopTest(unittest.TestCase):
     abort must give both back, so the request finishes at home and its client gets every
     token."""
     PAUSE = 1.2
-    TIMEOUT_MS = 150
+    TIMEOUT_MS = 300
 
     def test_an_export_answered_too_late_gives_the_stream_back(self):
-        extra = ("--max-num-batched-tokens", "256", "--kv-cache-mb", "128")
+        extra = ("--max-num-batched-tokens", "512", "--kv-cache-mb", "128")
         a = Loomd("--migration-timeout-ms", str(self.TIMEOUT_MS), "--migration-stage-pause-ms",
                   str(int(self.PAUSE * 1000)), *extra)
         b = Loomd(*extra)
@@ -443,13 +443,13 @@ class LateLoopTest(unittest.TestCase):
 
             def start_neighbour():
                 # After the first stage (a few blocks, copied at once), inside the pause: the
-                # freeze then waits for steps of 256 prompt tokens (hundreds of ms each).
+                # freeze then waits for steps of 512 prompt tokens (0.5-1.5 s each here).
                 neighbour.extend(a.generation.Generate(long_prompt, metadata=a.md, timeout=300))
 
             def on_chunk(i):
                 if i == 5:
                     threading.Thread(target=lambda: results.extend(
-                        a.migrate_out(b.grpc_address).results)).start()
+                        a.migrate_out(b.grpc_address, max_requests=1).results)).start()
                     threading.Timer(self.PAUSE / 3, start_neighbour).start()
 
             got = stream_completion(a, on_chunk=on_chunk, max_tokens=120)
@@ -491,7 +491,7 @@ class PreemptedDuringTheMoveTest(unittest.TestCase):
             def on_chunk(i):
                 if i == 5:
                     threading.Thread(target=lambda: results.extend(
-                        a.migrate_out(b.grpc_address).results)).start()
+                        a.migrate_out(b.grpc_address, max_requests=1).results)).start()
                     # Inside the pause after the first stage.
                     threading.Timer(0.7, lambda: intruder.append(stream_completion(
                         a, max_tokens=20, extra_body={"ignore_eos": True, "priority": 0}))).start()
@@ -598,6 +598,44 @@ class StageFaultTest(StagedMove, unittest.TestCase):
         got, _ = self.run_with_kill(self.a, self.PAUSE * 1.5)
         self.assertIsInstance(got, Exception)
         self.assert_destination_frees_everything()
+
+
+class ClientLeavesDuringTheMoveTest(StagedMove, unittest.TestCase):
+    """The client closes its connection in the middle of a move. Running (pre-copy), the request
+    ends at home at its next output, the move is given up and the destination's reservation is
+    freed. Frozen, the request writes nothing, so the server may learn of it only after the
+    commit, at the first output relayed from the destination: either way nothing is left
+    running on either side, and nothing is held."""
+    RESERVATION_MS = 600000  # freed by the source at once, not by expiry
+
+    def leave_at(self, at):
+        results = []
+        stream = self.a.client.completions.create(
+            model="m", prompt=PROMPT, max_tokens=400, temperature=0, stream=True,
+            extra_body={"ignore_eos": True})
+        try:
+            for i, _ in enumerate(stream):
+                if i == 5:
+                    threading.Thread(target=lambda: results.extend(
+                        self.a.migrate_out(self.b.grpc_address).results)).start()
+                    threading.Timer(at, stream.close).start()
+        except Exception:  # the stream closed under the reader
+            pass
+        deadline = time.time() + 30
+        while not results and time.time() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(len(results), 1, results)
+        self.assert_destination_frees_everything()
+        self.assertEqual(stream_completion(self.a, max_tokens=5)[1], "length")
+        load = self.a.generation.GetLoad(gpb.GetLoadRequest(), metadata=self.a.md, timeout=10)
+        self.assertEqual(load.num_running_requests, 0)
+        return results[0]
+
+    def test_client_leaves_during_precopy(self):
+        self.assertEqual(self.leave_at(self.PAUSE / 2).outcome, "aborted")
+
+    def test_client_leaves_while_frozen(self):
+        self.assertIn(self.leave_at(self.PAUSE * 1.5).outcome, ("aborted", "committed"))
 
 
 class FinishedDuringTheMoveTest(StagedMove, unittest.TestCase):
