@@ -137,8 +137,13 @@ void ClusterAgent::ReportLoop() {
     manager_reachable_ = s.ok();
     if (!s.ok()) {
       if (was_reachable) {
+        // A refusal (a shared instance id, a wrong key) is a configuration error, not a fault.
+        const bool refused = s.error_code() == grpc::StatusCode::ALREADY_EXISTS ||
+                             s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+                             s.error_code() == grpc::StatusCode::INVALID_ARGUMENT;
         LOOM_LOG(kWarning, "the cluster manager at ", ctx_.config.cluster_manager,
-                 " is unreachable (", s.error_message(), "); serving on our own");
+                 refused ? " refuses this instance (" : " is unreachable (", s.error_message(),
+                 "); serving on our own");
       }
       was_reachable = false;
       continue;

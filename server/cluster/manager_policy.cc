@@ -82,6 +82,14 @@ absl::StatusOr<v1::ReportReply> ManagerPolicy::Report(const v1::InstanceReport& 
     it = table_.emplace(report.instance_id(), Instance{}).first;
   }
   Instance& instance = it->second;
+  // Two live instances under one id would share request keys and each other's orders: the
+  // second is refused until the first has been silent long enough to be dropped (a restart
+  // at a new address waits at most manager_instance_timeout_ms).
+  if (!instance.grpc_address.empty() && instance.grpc_address != report.grpc_address()) {
+    return absl::AlreadyExistsError(
+        StrCat("instance id ", report.instance_id(), " is in use by the instance at ",
+               instance.grpc_address, "; give each instance its own instance_id"));
+  }
   // An order whose destination is gone or now draining is void.
   if (instance.has_order) {
     auto dst = table_.find(instance.order.destination_instance());

@@ -116,7 +116,8 @@ class ManagerPolicy {
 
   // Registers or updates the reporting instance and answers with its pending order (taken
   // out of the table) and whether it is to drain. InvalidArgument for an empty or overlong id,
-  // a NaN freeness or a negative count; ResourceExhausted when the table is full.
+  // a NaN freeness or a negative count; ResourceExhausted when the table is full;
+  // AlreadyExists when another live instance (another gRPC address) reports under the same id.
   absl::StatusOr<v1::ReportReply> Report(const v1::InstanceReport& report, int64_t now_ms);
 
   // Where a new request should run; empty when no instance is known. Arguments are accepted

@@ -128,6 +128,23 @@ TEST(ManagerPolicyTest, SilentInstancesAreDroppedAndCounted) {
   EXPECT_EQ(policy.Summary(3600).num_instances, 1);
 }
 
+TEST(ManagerPolicyTest, ASecondLiveInstanceUnderOneIdIsRefused) {
+  ManagerPolicy policy(Options(), 1);  // timeout 1000 ms
+  MustReport(policy, MakeReport("a", 50.0), 0);
+  v1::InstanceReport twin = MakeReport("a", 5.0);
+  twin.set_grpc_address("elsewhere:7000");
+  absl::StatusOr<v1::ReportReply> refused = policy.Report(twin, 500);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_NE(refused.status().message().find("a:7000"), std::string_view::npos);
+  v1::ListInstancesReply list = policy.List(500);
+  ASSERT_EQ(list.instances_size(), 1);
+  EXPECT_EQ(list.instances(0).grpc_address(), "a:7000");
+  EXPECT_EQ(list.instances(0).load().freeness(), 50.0);
+  // The first goes silent and is dropped: the id is free for the one at the new address.
+  MustReport(policy, twin, 1200);
+  EXPECT_EQ(policy.List(1200).instances(0).grpc_address(), "elsewhere:7000");
+}
+
 TEST(ManagerPolicyTest, InvalidReportsAreRefusedAndChangeNothing) {
   ManagerPolicy policy(Options(), 1);
   v1::InstanceReport empty_id = MakeReport("", 5.0);
