@@ -64,6 +64,16 @@ Migrator::~Migrator() {
   done_cv_.wait(lock, [&] { return active_threads_ == 0; });
 }
 
+void Migrator::SetInstanceId(std::string instance_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  instance_id_ = std::move(instance_id);
+}
+
+std::string Migrator::instance_id() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return instance_id_;
+}
+
 int32_t Migrator::num_relays() const {
   std::lock_guard<std::mutex> lock(mu_);
   return static_cast<int32_t>(relays_.size());
@@ -228,8 +238,9 @@ void Migrator::Forward(SchedRequest request, const std::string& address,
   state.tokens = request.prompt;
   v1::ResumeRequest resume;
   MigrantToProto(state, &resume);
-  resume.set_request_key(StrCat(instance_id_, "/", request.id.value()));
-  resume.set_source_instance(instance_id_);
+  const std::string self = instance_id();
+  resume.set_request_key(StrCat(self, "/", request.id.value()));
+  resume.set_source_instance(self);
   resume.set_dispatched(true);
   if (request.deadline_ms > 0) {
     resume.set_deadline_remaining_ms(std::max<int64_t>(1, request.deadline_ms - ctx_.now_ms()));
@@ -329,7 +340,7 @@ Migrator::Round Migrator::CopyRound(Transfer& t, bool freeze, int32_t cap) {
     *req.mutable_layout() = t.layout;
     req.set_reservation_id(t.reservation);
     req.set_num_blocks(ex.total_blocks - t.reserved);
-    req.set_source_instance(instance_id_);
+    req.set_source_instance(instance_id());
     v1::ReserveResponse resp;
     grpc::Status s = t.stub.Reserve(&call, req, &resp);
     if (!s.ok()) {
@@ -508,8 +519,9 @@ MigrationOutcome Migrator::MigrateOne(RequestId id, const std::string& address,
   // Commit: the destination installs the request and answers `accepted`.
   v1::ResumeRequest resume;
   MigrantToProto(ex.state, &resume);
-  resume.set_request_key(StrCat(instance_id_, "/", id.value()));
-  resume.set_source_instance(instance_id_);
+  const std::string self = instance_id();
+  resume.set_request_key(StrCat(self, "/", id.value()));
+  resume.set_source_instance(self);
   resume.set_reservation_id(ex.state.num_computed > 0 ? t.reservation : 0);
   *resume.mutable_layout() = layout;
   if (ex.state.params.deadline_ms > 0) {

@@ -84,6 +84,11 @@ class Migrator {
   // The engine loop's abort listener: a request relayed from elsewhere is cancelled there.
   void OnAbort(RequestId id);
 
+  // The name this instance gives itself in request keys and to destinations; the cluster
+  // agent sets the one it reports under once the gRPC port is known.
+  void SetInstanceId(std::string instance_id);
+  std::string instance_id() const;
+
   int32_t num_in_flight() const { return in_flight_.load(); }
   const std::shared_ptr<grpc::ChannelCredentials>& credentials() const { return credentials_; }
   int32_t num_relays() const;
@@ -139,7 +144,7 @@ class Migrator {
   void ReleaseReservation(v1::Instance::Stub& stub, uint64_t reservation, int64_t timeout_ms) const;
 
   ServingContext& ctx_;
-  const std::string instance_id_;
+  std::string instance_id_;  // guarded by mu_
   const std::shared_ptr<grpc::ChannelCredentials> credentials_;
   std::atomic<int32_t> in_flight_{0};
   std::atomic<int64_t> committed_{0}, aborted_{0}, failed_{0}, forwarded_{0};

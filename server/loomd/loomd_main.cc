@@ -309,7 +309,10 @@ int Run(const std::vector<std::string>& args) {
       LOOM_LOG(kWarning, "cluster_manager is set but grpc_port is off: not joining the cluster");
     } else {
       const std::string grpc_address = StrCat(advertise, ":", grpc->port());
-      if (config.instance_id.empty()) instance_id = grpc_address;
+      if (config.instance_id.empty()) {
+        instance_id = grpc_address;
+        migrator.SetInstanceId(instance_id);
+      }
       agent = std::make_unique<cluster::ClusterAgent>(ctx, migrator, instance_id, grpc_address,
                                                       StrCat(advertise, ":", (*server)->port()));
       agent->Start();
