@@ -109,8 +109,12 @@ absl::StatusOr<MigrantState> MigrantFromProto(const v1::ResumeRequest& in, int32
   if (in.max_new_tokens() < 0 || in.generated_size() > in.max_new_tokens()) {
     return absl::InvalidArgumentError("max_new_tokens is inconsistent with the tokens generated");
   }
-  if (in.deadline_remaining_ms() < 0) {
-    return absl::InvalidArgumentError("deadline_remaining_ms is negative");
+  // Past about 30 years a deadline is a peer's garbage, and now + it could overflow.
+  constexpr int64_t kMaxDeadlineMs = int64_t{1} << 40;
+  if (in.deadline_remaining_ms() < 0 || in.deadline_remaining_ms() > kMaxDeadlineMs) {
+    return absl::InvalidArgumentError(
+        StrCat("deadline_remaining_ms ", in.deadline_remaining_ms(), " is outside [0, ",
+               kMaxDeadlineMs, "]"));
   }
   absl::StatusOr<SamplingParams> sampling = SamplingFromProto(in.sampling(), vocab_size);
   if (!sampling.ok()) return sampling.status();
