@@ -12,8 +12,8 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
-#include <string_view>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 

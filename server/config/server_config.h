@@ -76,7 +76,7 @@ struct ServerConfig {
   std::string instance_id;        // unique in the cluster; empty = host:port
   std::string cluster_manager;    // the manager's gRPC host:port; empty = standalone
   std::string advertise_host;     // how other instances reach this one; empty = host
-  std::string cluster_tls_ca_file;  // PEM roots of the cluster's gRPC certificates; empty = plaintext
+  std::string cluster_tls_ca_file;  // PEM roots of the cluster's certificates; empty = plaintext
   int64_t cluster_report_interval_ms = 100;
   bool cluster_dispatch = true;  // ask the manager where each new request should run
   double priority_headroom_fraction = 0.5;  // of the blocks, while high-priority requests run
