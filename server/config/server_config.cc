@@ -34,7 +34,7 @@ struct Key {
                std::vector<std::string> ServerConfig::*, double ServerConfig::*>
       field;
   IntRule ints{0, 0};
-  Choices choices;
+  Choices choices{};
   RealRule reals{0, 0};
 };
 

@@ -54,7 +54,7 @@ struct MetricsOptions {
   bool vllm_compat = false;
   int32_t max_model_len = 4096;  // top of the 1-2-5 token-count buckets
   // The KV cache as configured, exported as constant gauges labelled with its format.
-  std::string kv_cache_dtype;
+  std::string kv_cache_dtype{};
   int64_t kv_capacity_tokens = 0;
   double kv_bytes_per_token = 0;
   // The expert cache (KvCapacity::expert_cache_slots / expert_slot_bytes); 0 slots: none, and no

@@ -51,8 +51,10 @@ double ScoreOf(const StepPlan& plan, ExpertKey key) {
 }
 
 TEST(ExpertCacheDriverTest, NothingToDriveWithoutExpertsOrSlots) {
+  ModelInfo dense_model;
+  dense_model.num_layers = 4;
   absl::StatusOr<std::unique_ptr<ExpertCacheDriver>> dense =
-      ExpertCacheDriver::Create(ModelInfo{.num_layers = 4}, 8, {});
+      ExpertCacheDriver::Create(dense_model, 8, {});
   ASSERT_TRUE(dense.ok());
   EXPECT_EQ(*dense, nullptr);
   absl::StatusOr<std::unique_ptr<ExpertCacheDriver>> no_slots =
@@ -124,7 +126,9 @@ TEST(ExpertCacheDriverTest, LruScoresFollowTheStepsTheEngineRan) {
   ASSERT_EQ(plan.expert_scores.size(), 6u);  // L0/E0..2, L1/E0..2
   // (0, 0) was used in the first step only, before layer 1's experts: lowest of all.
   for (const ExpertScore& s : plan.expert_scores) {
-    if (s.key != ExpertKey{0, 0}) EXPECT_LT(ScoreOf(plan, {0, 0}), s.score) << s.key;
+    if (s.key != ExpertKey{0, 0}) {
+      EXPECT_LT(ScoreOf(plan, {0, 0}), s.score) << s.key;
+    }
   }
   EXPECT_LT(ScoreOf(plan, {1, 0}), ScoreOf(plan, {0, 1}));  // step 1 before step 2
   EXPECT_LT(ScoreOf(plan, {0, 2}), ScoreOf(plan, {1, 1}));  // layer order within a step
@@ -193,7 +197,9 @@ TEST(ExpertCacheDriverTest, ActivationHintsTheExpertsOfASeenTopic) {
     const ExpertPrefetchHint& h = plan.expert_prefetch[i];
     EXPECT_GE(h.key.layer, 1) << h.key;
     EXPECT_LE(h.key.expert, 1) << h.key;  // the past request's experts
-    if (i > 0) EXPECT_GE(plan.expert_prefetch[i - 1].urgency, h.urgency);
+    if (i > 0) {
+      EXPECT_GE(plan.expert_prefetch[i - 1].urgency, h.urgency);
+    }
   }
   EXPECT_EQ(plan.expert_prefetch[0].key.layer, 1);
   // Hinted experts are in the mirror now, scored by their predicted use.

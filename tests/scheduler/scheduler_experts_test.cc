@@ -72,14 +72,16 @@ struct Loop {
   Scheduler& scheduler;
   FakeExecutor& executor;
   int64_t now_ms = 0;
-  std::vector<StepPlan> plans;
-  std::map<uint64_t, std::vector<TokenId>> tokens;  // choice 0 of each request
+  std::vector<StepPlan> plans{};
+  std::map<uint64_t, std::vector<TokenId>> tokens{};  // choice 0 of each request
 
   const StepPlan& Step() {
     plans.push_back(scheduler.Schedule(now_ms));
     absl::StatusOr<StepResult> result = executor.Execute(plans.back());
     EXPECT_TRUE(result.ok()) << result.status();
-    if (result.ok()) EXPECT_TRUE(scheduler.Update(*result).ok());
+    if (result.ok()) {
+      EXPECT_TRUE(scheduler.Update(*result).ok());
+    }
     EXPECT_TRUE(scheduler.CheckInvariants().ok());
     for (const ChoiceOutput& out : scheduler.TakeOutputs()) {
       std::vector<TokenId>& t = tokens[out.request_id.value()];
@@ -200,7 +202,9 @@ TEST(SchedulerExpertsTest, LruScoresPutTheLeastRecentlyUsedLowest) {
   for (const ExpertScore& old_one : plan.expert_scores) {
     if (!InTopic(0, old_one.key)) continue;
     for (const ExpertScore& new_one : plan.expert_scores) {
-      if (InTopic(1, new_one.key)) EXPECT_LT(old_one.score, new_one.score);
+      if (InTopic(1, new_one.key)) {
+        EXPECT_LT(old_one.score, new_one.score);
+      }
     }
   }
 }
@@ -229,7 +233,9 @@ TEST(SchedulerExpertsTest, ActivationHintsASeenTopicsExpertsForLaterLayers) {
   for (size_t i = 0; i < seen.size(); ++i) {
     EXPECT_TRUE(InTopic(0, seen[i].key)) << seen[i].key;
     EXPECT_GE(seen[i].key.layer, 1) << seen[i].key;  // layer 0 runs first: on demand
-    if (i > 0) EXPECT_GE(seen[i - 1].urgency, seen[i].urgency);
+    if (i > 0) {
+      EXPECT_GE(seen[i - 1].urgency, seen[i].urgency);
+    }
   }
   const ExpertPrefetchHints unseen = HintsForTopicZero({2, 1, 1, 1});
   for (const ExpertPrefetchHint& h : unseen) EXPECT_FALSE(InTopic(0, h.key)) << h.key;

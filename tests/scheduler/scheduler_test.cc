@@ -54,12 +54,12 @@ SchedRequest Request(uint64_t id, std::vector<TokenId> prompt, int32_t max_new) 
 struct Driver {
   Scheduler& scheduler;
   FakeExecutor& executor;
-  std::map<std::pair<uint64_t, int32_t>, std::vector<TokenId>> tokens;
-  std::map<std::pair<uint64_t, int32_t>, FinishReason> finish;
-  std::map<std::pair<uint64_t, int32_t>, int32_t> cached;
-  std::map<std::pair<uint64_t, int32_t>, std::vector<std::pair<TokenId, float>>> prompt_logprobs;
+  std::map<std::pair<uint64_t, int32_t>, std::vector<TokenId>> tokens{};
+  std::map<std::pair<uint64_t, int32_t>, FinishReason> finish{};
+  std::map<std::pair<uint64_t, int32_t>, int32_t> cached{};
+  std::map<std::pair<uint64_t, int32_t>, std::vector<std::pair<TokenId, float>>> prompt_logprobs{};
   // Per request: how many prompt log-probabilities had been reported when its first token came.
-  std::map<uint64_t, size_t> prompt_logprobs_at_first_token;
+  std::map<uint64_t, size_t> prompt_logprobs_at_first_token{};
   int64_t now_ms = 0;
 
   void Step() {
