@@ -487,7 +487,10 @@ class PreemptedDuringTheMoveTest(unittest.TestCase):
             free_b = b.generation.GetLoad(gpb.GetLoadRequest(), metadata=b.md,
                                           timeout=10).num_free_blocks
             low = {"extra_body": {"ignore_eos": True, "priority": 10}}
-            reference = stream_completion(a, max_tokens=150, **low)
+            # Long enough that the request is still running when the intruder comes 0.7 s into
+            # the move: 150 tokens took less than that on a Zen 5 core.
+            tokens = 800
+            reference = stream_completion(a, max_tokens=tokens, **low)
             results, intruder = [], []
 
             def on_chunk(i):
@@ -498,7 +501,7 @@ class PreemptedDuringTheMoveTest(unittest.TestCase):
                     threading.Timer(0.7, lambda: intruder.append(stream_completion(
                         a, max_tokens=20, extra_body={"ignore_eos": True, "priority": 0}))).start()
 
-            got = stream_completion(a, on_chunk=on_chunk, max_tokens=150, **low)
+            got = stream_completion(a, on_chunk=on_chunk, max_tokens=tokens, **low)
             deadline = time.time() + 30
             while not (results and intruder) and time.time() < deadline:
                 time.sleep(0.1)
