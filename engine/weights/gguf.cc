@@ -21,7 +21,6 @@ constexpr uint32_t kMinVersion = 2;
 constexpr uint32_t kMaxVersion = 3;
 constexpr uint64_t kMaxNameBytes = 65536;  // keys and tensor names
 constexpr uint32_t kMaxDims = 4;
-constexpr int64_t kDefaultAlignment = 32;
 
 // Size of a scalar value type in the file; 0 for string and array.
 int64_t ScalarBytes(GgufType type) {
