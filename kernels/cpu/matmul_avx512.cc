@@ -110,7 +110,8 @@ struct Avx512 {
   // 1.3-2x, q4_k 1.1x, one and two threads; bench/results/cpu_matmul_quant.md): 8 rows' block
   // scales and dequantized groups no longer fit the registers beside the accumulators.
   static constexpr int kQuantRowsM1 = 4;
-  static constexpr bool kQuantFactoredM1 = false;  // measured level or slower on Zen 5 (cpu_matmul_quant.md)
+  // QuantDotRowFactored at m = 1 measured level or slower on Zen 5 (cpu_matmul_quant.md).
+  static constexpr bool kQuantFactoredM1 = false;
   static constexpr int kQuantRowsM2 = 6;
   static constexpr int kQuantRowsMany = 4;
   static constexpr int kQuantMrMax = 4;
