@@ -430,7 +430,7 @@ class LateLoopTest(unittest.TestCase):
     TIMEOUT_MS = 300
 
     def test_an_export_answered_too_late_gives_the_stream_back(self):
-        extra = ("--max-num-batched-tokens", "512", "--kv-cache-mb", "128")
+        extra = ("--max-num-batched-tokens", "2048", "--kv-cache-mb", "128")
         a = Loomd("--migration-timeout-ms", str(self.TIMEOUT_MS), "--migration-stage-pause-ms",
                   str(int(self.PAUSE * 1000)), *extra)
         b = Loomd(*extra)
@@ -439,20 +439,23 @@ class LateLoopTest(unittest.TestCase):
         try:
             reference = stream_completion(a, max_tokens=120)
             long_prompt = gpb.GenerateRequest(
-                token_ids=gpb.TokenIds(ids=[100 + (i * 11) % 4000 for i in range(2000)]),
+                token_ids=gpb.TokenIds(ids=[100 + (i * 11) % 4000 for i in range(4000)]),
                 max_tokens=1, sampling=gpb.SamplingParams(temperature=0))
             results, neighbour = [], []
 
             def start_neighbour():
-                # After the first stage (a few blocks, copied at once), inside the pause: the
-                # freeze then waits for steps of 512 prompt tokens (0.5-1.5 s each here).
+                # After the first stage (a few blocks, copied at once), late in the pause, so
+                # that the freeze comes early in the first of the prompt's steps of 2048 tokens
+                # (over 1 s each even on a Zen 5 core): the export waits far longer than the
+                # timeout. With steps of 512 tokens and the start at a third of the pause, a
+                # Zen 5 core finished the step within the timeout and the move committed.
                 neighbour.extend(a.generation.Generate(long_prompt, metadata=a.md, timeout=300))
 
             def on_chunk(i):
                 if i == 5:
                     threading.Thread(target=lambda: results.extend(
                         a.migrate_out(b.grpc_address, max_requests=1).results)).start()
-                    threading.Timer(self.PAUSE / 3, start_neighbour).start()
+                    threading.Timer(self.PAUSE * 0.75, start_neighbour).start()
 
             got = stream_completion(a, on_chunk=on_chunk, max_tokens=120)
             deadline = time.time() + 30
